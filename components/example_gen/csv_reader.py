@@ -1,0 +1,235 @@
+"""CSV file -> typed Arrow table -> serialized tf.Examples, in bulk, with every bad row accounted for.
+
+Plain functions (no Beam, no TFX) so tests reach them directly. The Beam executor maps them over
+files. Parsing and type conversion are done by pyarrow and the tf.Example encoding by tfx_bsl's
+C++ encoder; Python only touches individual rows on the error path.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+INT, FLOAT, STRING = "int", "float", "string"
+COLUMN_TYPES = (INT, FLOAT, STRING)
+# tf.Example value types: int64_list, float_list, bytes_list.
+_ARROW_VALUE_TYPES = {INT: pa.int64(), FLOAT: pa.float32(), STRING: pa.large_binary()}
+# Promotion order when files (or rows) disagree: int < float < string.
+_RANK = {INT: 0, FLOAT: 1, STRING: 2}
+
+
+class CsvFormatError(ValueError):
+    """A whole file is unusable (unreadable, no header, columns not as expected)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectedRow:
+    """One input row that was not turned into an example, and why."""
+
+    file: str
+    line: int
+    reason: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+@dataclasses.dataclass
+class ParsedFile:
+    """A CSV file read as strings: the kept rows, their physical line numbers, the rejects."""
+
+    path: str
+    table: pa.Table
+    lines: np.ndarray
+    rejected: list[RejectedRow]
+
+
+def read_csv_as_strings(
+    path: str, data: bytes, null_values: Sequence[str], expected_columns: Sequence[str] | None
+) -> ParsedFile:
+    """Parses CSV bytes with every column as string; ragged rows are rejected, not fatal."""
+    if not data.strip():
+        raise CsvFormatError(f"{path}: the file is empty (a header row is required)")
+    ragged: list[RejectedRow] = []
+
+    def on_invalid_row(row) -> str:
+        ragged.append(
+            RejectedRow(
+                path,
+                int(row.number) if row.number is not None else -1,
+                f"expected {row.expected_columns} fields, found {row.actual_columns}",
+            )
+        )
+        return "skip"
+
+    columns = _header(path, data)
+    if expected_columns is not None and set(columns) != set(expected_columns):
+        raise CsvFormatError(
+            f"{path}: header does not match the schema: "
+            + _describe_column_mismatch(columns, list(expected_columns))
+        )
+    if len(set(columns)) != len(columns):
+        duplicates = sorted({c for c in columns if columns.count(c) > 1})
+        raise CsvFormatError(f"{path}: duplicate column name(s) {duplicates}")
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(data),
+            # Single-threaded so that rejected rows carry their physical line number.
+            read_options=pacsv.ReadOptions(use_threads=False),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid_row),
+            convert_options=pacsv.ConvertOptions(
+                null_values=list(null_values),
+                strings_can_be_null=True,
+                column_types={name: pa.string() for name in columns},
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as error:
+        raise CsvFormatError(f"{path}: not a readable CSV file: {error}") from error
+    return ParsedFile(path, table, _kept_row_lines(table.num_rows, ragged), ragged)
+
+
+def _header(path: str, data: bytes) -> list[str]:
+    first_line = data.split(b"\n", 1)[0].rstrip(b"\r")
+    try:
+        text = first_line.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise CsvFormatError(f"{path}: header row is not UTF-8 text: {error}") from error
+    names = next(csv.reader([text]), [])
+    if not names or any(not name.strip() for name in names):
+        raise CsvFormatError(f"{path}: header row has an empty column name: {text!r}")
+    return names
+
+
+def _describe_column_mismatch(found: list[str], expected: list[str]) -> str:
+    missing = [c for c in expected if c not in found]
+    unexpected = [c for c in found if c not in expected]
+    details = []
+    if missing:
+        details.append(f"missing column(s) {missing}")
+    if unexpected:
+        details.append(f"unexpected column(s) {unexpected}")
+    return "; ".join(details) or f"columns in order {found}, expected {expected}"
+
+
+def _kept_row_lines(num_kept: int, ragged: Sequence[RejectedRow]) -> np.ndarray:
+    """Physical line of each kept row (header is line 1; assumes no newlines inside quotes)."""
+    skipped = sorted(r.line for r in ragged if r.line > 0)
+    lines = np.arange(num_kept, dtype=np.int64) + 2
+    # Each skipped line pushes every later kept row down by one.
+    for line in skipped:
+        lines[lines >= line] += 1
+    return lines
+
+
+def infer_column_type(values: pa.ChunkedArray) -> str:
+    """The narrowest of int/float/string that every non-missing value converts to."""
+    present = values.drop_null()
+    for candidate in (INT, FLOAT):
+        try:
+            pc.cast(present, pa.int64() if candidate == INT else pa.float64())
+            return candidate
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return STRING
+
+
+def infer_column_types(parsed: ParsedFile) -> dict[str, str]:
+    return {name: infer_column_type(parsed.table.column(name)) for name in parsed.table.schema.names}
+
+
+def unify_column_types(per_file: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Merges per-file types, promoting int -> float -> string where files disagree."""
+    unified: dict[str, str] = {}
+    for types in per_file:
+        for name, column_type in types.items():
+            current = unified.get(name)
+            if current is None or _RANK[column_type] > _RANK[current]:
+                unified[name] = column_type
+    return unified
+
+
+def _convert_column(values: pa.ChunkedArray, column_type: str) -> tuple[pa.Array, np.ndarray]:
+    """Casts one string column; returns the typed column and a mask of rows that failed."""
+    values = values.combine_chunks()
+    if column_type == STRING:
+        return values.cast(pa.large_binary()), np.zeros(len(values), dtype=bool)
+    target = pa.int64() if column_type == INT else pa.float64()
+    try:
+        return pc.cast(values, target), np.zeros(len(values), dtype=bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    # Slow path, only when some cell is bad: find which rows, null them, report them.
+    convert = int if column_type == INT else float
+    bad = np.zeros(len(values), dtype=bool)
+    cleaned = []
+    for i, cell in enumerate(values.to_pylist()):
+        if cell is None:
+            cleaned.append(None)
+            continue
+        try:
+            cleaned.append(convert(cell.strip()))
+        except ValueError:
+            bad[i] = True
+            cleaned.append(None)
+    return pa.array(cleaned, type=target), bad
+
+
+def convert_table(
+    parsed: ParsedFile, column_types: Mapping[str, str]
+) -> tuple[pa.RecordBatch, list[RejectedRow]]:
+    """Typed list columns ready for tf.Example encoding; rows with an unconvertible cell rejected."""
+    names = parsed.table.schema.names
+    unknown = [n for n in names if n not in column_types]
+    if unknown:
+        raise CsvFormatError(f"{parsed.path}: column(s) {unknown} have no known type")
+    typed = {}
+    row_errors: dict[int, list[str]] = {}
+    for name in names:
+        column_type = column_types[name]
+        array, bad = _convert_column(parsed.table.column(name), column_type)
+        for index in np.flatnonzero(bad):
+            cell = parsed.table.column(name)[int(index)].as_py()
+            row_errors.setdefault(int(index), []).append(
+                f"column {name!r}: {cell!r} is not {'an' if column_type == INT else 'a'} "
+                f"{column_type}"
+            )
+        typed[name] = array
+    keep = np.ones(parsed.table.num_rows, dtype=bool)
+    rejected = []
+    for index, reasons in sorted(row_errors.items()):
+        keep[index] = False
+        rejected.append(RejectedRow(parsed.path, int(parsed.lines[index]), "; ".join(reasons)))
+    keep_mask = pa.array(keep)
+    arrays = [
+        _to_list_array(typed[name].filter(keep_mask), column_types[name]) for name in names
+    ]
+    return pa.RecordBatch.from_arrays(arrays, names), rejected
+
+
+def _to_list_array(values: pa.Array, column_type: str) -> pa.LargeListArray:
+    """[v0, null, v2] -> [[v0], null, [v2]]: a missing cell becomes a missing feature."""
+    values = values.cast(_ARROW_VALUE_TYPES[column_type])
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(valid)]).astype(np.int64)
+    return pa.LargeListArray.from_arrays(
+        pa.array(offsets), values.drop_null(), mask=pa.array(~valid)
+    )
+
+
+def schema_column_types(schema) -> dict[str, str]:
+    """Column types from a TFMD schema proto: INT -> int, FLOAT -> float, BYTES -> string."""
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    kinds = {schema_pb2.INT: INT, schema_pb2.FLOAT: FLOAT, schema_pb2.BYTES: STRING}
+    return {feature.name: kinds[feature.type] for feature in schema.feature}

@@ -1,0 +1,74 @@
+"""tf.Transform preprocessing_fn, generic over the columns of a CSV schema.
+
+- numeric columns: missing values imputed with the training mean, then z-scored; a 0/1
+  missing-indicator feature is added for columns the schema allows to be missing;
+- string columns: vocabulary (missing -> a reserved token, unseen -> one OOV bucket);
+- the label (custom_config['label_key']): vocabulary of class names, index as the target.
+Every output is a dense [batch] tensor.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from components import features
+
+NUM_OOV_BUCKETS = 1
+
+
+def _dense_with_presence(value, default) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """[batch] values with `default` where missing, and a presence mask (None: never missing)."""
+    if isinstance(value, tf.SparseTensor):
+        dense = tft.sparse_tensor_to_dense_with_shape(value, [None, 1], default_value=default)
+        present_sparse = tf.SparseTensor(
+            value.indices, tf.ones_like(value.values, dtype=tf.bool), value.dense_shape
+        )
+        present = tft.sparse_tensor_to_dense_with_shape(
+            present_sparse, [None, 1], default_value=False
+        )
+        return tf.squeeze(dense, axis=1), tf.squeeze(present, axis=1)
+    if value.shape.rank == 2:
+        value = tf.squeeze(value, axis=1)
+    return value, None
+
+
+def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
+    label_key = custom_config[features.LABEL_KEY_CONFIG]
+    if label_key not in inputs:
+        raise ValueError(
+            f"label column {label_key!r} is not in the schema's features {sorted(inputs)}"
+        )
+    outputs = {}
+    for key, value in sorted(inputs.items()):
+        if value.dtype == tf.string:
+            dense, _ = _dense_with_presence(value, features.MISSING_TOKEN)
+            if key == label_key:
+                outputs[features.transformed_name(key)] = tft.compute_and_apply_vocabulary(
+                    dense, vocab_filename=features.LABEL_VOCABULARY
+                )
+            else:
+                outputs[features.transformed_name(key)] = tft.compute_and_apply_vocabulary(
+                    dense,
+                    num_oov_buckets=NUM_OOV_BUCKETS,
+                    vocab_filename=features.vocabulary_name(key),
+                )
+            continue
+        if key == label_key:
+            raise ValueError(
+                f"label column {key!r} is numeric ({value.dtype.name}); this pipeline "
+                "classifies, so the label must be a string column of class names"
+            )
+        numeric = tf.cast(value.values if isinstance(value, tf.SparseTensor) else value, tf.float32)
+        mean = tft.mean(numeric)
+        dense, present = _dense_with_presence(
+            tf.SparseTensor(value.indices, numeric, value.dense_shape)
+            if isinstance(value, tf.SparseTensor)
+            else numeric,
+            0.0,
+        )
+        if present is not None:
+            dense = tf.where(present, dense, mean)
+            outputs[features.missing_indicator_name(key)] = 1.0 - tf.cast(present, tf.float32)
+        outputs[features.transformed_name(key)] = tft.scale_to_z_score(dense)
+    return outputs

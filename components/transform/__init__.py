@@ -1,0 +1,1 @@
+"""tf.Transform on Beam with a fixed number of output shards."""

@@ -1,0 +1,1 @@
+"""ExampleValidator that stops the pipeline when the data has anomalies."""

@@ -1,0 +1,154 @@
+"""create_pipeline(config): the whole TFX pipeline as a pure function of a PipelineConfig.
+
+  ShardedCsvExampleGen -> StatisticsGen -> ImportSchemaGen (curated) | SchemaGen (first use)
+    -> ExampleValidator (fails on anomalies) -> Transform (sharded output) -> Trainer
+    -> baseline resolver -> Evaluator (threshold + no regression) -> Pusher
+
+No I/O, no environment reads: runners (local, Kubeflow) build the config and hand it over.
+User code is referenced by module path from the installed package.
+"""
+
+from __future__ import annotations
+
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+from tfx.dsl.components.base import executor_spec
+
+from components import baseline, features
+from components.example_gen.component import ShardedCsvExampleGen
+from components.transform import executor as transform_executor
+from components.validation.executor import StrictExampleValidator
+from pipeline.config import PipelineConfig
+
+PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
+RUN_FN = "components.model.run_fn"
+TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
+
+
+class ShardedTransform(tfx.components.Transform):
+    """TFX Transform writing custom_config['num_output_shards'] TFRecord shards."""
+
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(transform_executor.Executor)
+
+
+def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    accuracy = tfma.MetricConfig(
+        class_name="SparseCategoricalAccuracy",
+        threshold=tfma.MetricThreshold(
+            value_threshold=tfma.GenericValueThreshold(
+                lower_bound={"value": config.accuracy_threshold}
+            ),
+            # No regression against the previous blessed model (when there is one).
+            change_threshold=tfma.GenericChangeThreshold(
+                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+            ),
+        ),
+    )
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name=features.SERVING_SIGNATURE,
+                # The label as Transform encodes it, from the model's transform signature.
+                label_key=features.transformed_name(config.dataset.label_key),
+                preprocessing_function_names=[features.TRANSFORM_SIGNATURE],
+                prediction_key=features.PROBABILITIES,
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[
+            tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name="ExampleCount"), accuracy])
+        ],
+    )
+
+
+def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
+    dataset = config.dataset
+    train_buckets, eval_buckets = config.split_buckets
+    example_gen = ShardedCsvExampleGen(
+        input_base=dataset.data_root,
+        file_pattern=dataset.file_pattern,
+        split_buckets={TRAIN_SPLIT: train_buckets, EVAL_SPLIT: eval_buckets},
+        num_shards=config.example_shards,
+        null_values=dataset.null_values,
+        column_types=dict(dataset.column_types),
+        max_rejected_fraction=config.max_rejected_fraction,
+    ).with_id("CsvExampleGen")
+
+    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    if dataset.schema_path:
+        schema_gen = tfx.components.ImportSchemaGen(schema_file=dataset.schema_path)
+    else:
+        schema_gen = tfx.components.SchemaGen(
+            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False
+        )
+    example_validator = StrictExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+    ).with_id("ExampleValidator")
+
+    transform = ShardedTransform(
+        examples=example_gen.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
+        preprocessing_fn=PREPROCESSING_FN,
+        custom_config={
+            features.LABEL_KEY_CONFIG: dataset.label_key,
+            transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
+        },
+    ).with_id("Transform")
+    # Transform reads the examples, not the validation result: order it explicitly so that an
+    # anomaly stops the run before any preprocessing or training.
+    transform.add_upstream_node(example_validator)
+
+    training = config.training
+    trainer = tfx.components.Trainer(
+        run_fn=RUN_FN,
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema_gen.outputs["schema"],
+        train_args=tfx.proto.TrainArgs(splits=[TRAIN_SPLIT], num_steps=training.train_steps),
+        eval_args=tfx.proto.EvalArgs(splits=[EVAL_SPLIT], num_steps=training.eval_steps),
+        custom_config={features.LABEL_KEY_CONFIG: dataset.label_key, **training.custom_config()},
+    )
+
+    baseline_resolver = tfx.dsl.Resolver(
+        strategy_class=baseline.PreviousBlessedModelStrategy,
+        candidate=trainer.outputs["model"],
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id("baseline_model_resolver")
+
+    evaluator = tfx.components.Evaluator(
+        examples=example_gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        baseline_model=baseline_resolver.outputs[baseline.MODEL_KEY],
+        eval_config=eval_config(config),
+        example_splits=[EVAL_SPLIT],
+    )
+    pusher = tfx.components.Pusher(
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(
+                base_directory=config.serving_model_dir
+            )
+        ),
+    )
+    return tfx.dsl.Pipeline(
+        pipeline_name=config.pipeline_name,
+        pipeline_root=config.pipeline_root,
+        components=[
+            example_gen,
+            statistics_gen,
+            schema_gen,
+            example_validator,
+            transform,
+            trainer,
+            baseline_resolver,
+            evaluator,
+            pusher,
+        ],
+        enable_cache=config.enable_cache,
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            config.metadata_path
+        ),
+        beam_pipeline_args=config.beam.pipeline_args(),
+    )

@@ -1,0 +1,194 @@
+"""The one typed, frozen configuration of a pipeline run.
+
+Runners (local, Kubeflow) build a PipelineConfig in one place and hand it to create_pipeline();
+nothing below them reads flags or the environment. validate() runs before any component starts
+and names the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+BEAM_MODES = ("in_memory", "multi_processing")
+STRATEGIES = ("auto", "one_device", "mirrored")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field (or flag)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    """Where the raw CSV data lives and what to predict."""
+
+    name: str
+    data_root: str
+    label_key: str
+    # Files read under data_root (glob, relative to it).
+    file_pattern: str = "*.csv"
+    # Curated schema (schemas/<name>/schema.pbtxt). None: infer with SchemaGen (first use of a
+    # user's dataset); the inferred schema is written out for review.
+    schema_path: str | None = None
+    # Cell values read as missing, as R and pandas write them ("NA" in palmerpenguins).
+    null_values: tuple[str, ...] = ("", "NA", "NaN", "nan", "null", "NULL")
+    # Column types taken from the curated schema ('int', 'float', 'string'); empty: inferred.
+    column_types: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamConfig:
+    """How the Beam-based components (ExampleGen, StatisticsGen, Transform, Evaluator) run."""
+
+    mode: str = "in_memory"
+    num_workers: int = 1
+    extra_args: tuple[str, ...] = ()
+
+    def pipeline_args(self) -> list[str]:
+        args = ["--runner=DirectRunner"]
+        if self.mode == "multi_processing":
+            args += [
+                "--direct_running_mode=multi_processing",
+                f"--direct_num_workers={self.num_workers}",
+            ]
+        else:
+            args += ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+        return args + list(self.extra_args)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """Trainer settings, passed to run_fn through the Trainer's custom_config."""
+
+    strategy: str = "auto"
+    epochs: int = 40
+    # If set, train for exactly this many steps instead of `epochs` passes.
+    train_steps: int | None = None
+    eval_steps: int | None = None
+    per_replica_batch_size: int = 16
+    learning_rate: float = 0.01
+    hidden_units: tuple[int, ...] = (32, 16)
+    seed: int = 42
+
+    def custom_config(self) -> dict:
+        return {
+            "strategy": self.strategy,
+            "epochs": self.epochs,
+            "per_replica_batch_size": self.per_replica_batch_size,
+            "learning_rate": self.learning_rate,
+            "hidden_units": list(self.hidden_units),
+            "seed": self.seed,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    pipeline_name: str
+    pipeline_root: str
+    metadata_path: str
+    serving_model_dir: str
+    dataset: DatasetConfig
+    training: TrainingConfig = TrainingConfig()
+    beam: BeamConfig = BeamConfig()
+    # Fraction of rows that go to the train split (hash buckets out of 100).
+    train_fraction: float = 0.75
+    example_shards: int = 4
+    transform_shards: int = 4
+    # ExampleGen fails when more than this fraction of rows is rejected (0: any reject fails).
+    max_rejected_fraction: float = 0.0
+    accuracy_threshold: float = 0.9
+    enable_cache: bool = True
+
+    @property
+    def split_buckets(self) -> tuple[int, int]:
+        train = round(self.train_fraction * 100)
+        return train, 100 - train
+
+    def validate(self) -> PipelineConfig:
+        _require(bool(self.pipeline_name.strip()), "pipeline_name", "must not be empty")
+        _require(
+            0.0 < self.train_fraction < 1.0 and 0 < self.split_buckets[0] < 100,
+            "train_fraction",
+            f"must be between 0.01 and 0.99, got {self.train_fraction}",
+        )
+        for name in ("example_shards", "transform_shards"):
+            value = getattr(self, name)
+            _require(value >= 1, name, f"must be >= 1, got {value}")
+        _require(
+            0.0 <= self.max_rejected_fraction < 1.0,
+            "max_rejected_fraction",
+            f"must be in [0, 1), got {self.max_rejected_fraction}",
+        )
+        _require(
+            0.0 <= self.accuracy_threshold <= 1.0,
+            "accuracy_threshold",
+            f"must be in [0, 1], got {self.accuracy_threshold}",
+        )
+        _require(
+            self.beam.mode in BEAM_MODES,
+            "beam.mode",
+            f"must be one of {BEAM_MODES}, got {self.beam.mode!r}",
+        )
+        _require(self.beam.num_workers >= 1, "beam.num_workers", "must be >= 1")
+        training = self.training
+        _require(
+            training.strategy in STRATEGIES,
+            "training.strategy",
+            f"must be one of {STRATEGIES}, got {training.strategy!r}",
+        )
+        _require(training.epochs >= 1, "training.epochs", f"must be >= 1, got {training.epochs}")
+        for name in ("train_steps", "eval_steps"):
+            value = getattr(training, name)
+            _require(value is None or value >= 1, f"training.{name}", f"must be >= 1, got {value}")
+        _require(
+            training.per_replica_batch_size >= 1,
+            "training.per_replica_batch_size",
+            "must be >= 1",
+        )
+        _require(training.learning_rate > 0, "training.learning_rate", "must be > 0")
+        _require(
+            bool(training.hidden_units) and all(u >= 1 for u in training.hidden_units),
+            "training.hidden_units",
+            f"must be positive layer widths, got {training.hidden_units}",
+        )
+        _require(bool(self.dataset.label_key), "dataset.label_key", "must not be empty")
+        return self
+
+
+def _require(condition: bool, field: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"invalid configuration: {field} {message}")
+
+
+def default_output_root() -> str:
+    """Where the local runner writes when no --output_root is given."""
+    return os.path.join(os.getcwd(), "tfx_output")
+
+
+def local_config(
+    *,
+    dataset: DatasetConfig,
+    output_root: str,
+    pipeline_name: str | None = None,
+    **overrides,
+) -> PipelineConfig:
+    """The local layout: <root>/<pipeline>/{pipeline_root, metadata.sqlite, serving_model}."""
+    name = pipeline_name or f"{dataset.name}-pipeline"
+    base = os.path.join(os.path.abspath(output_root), name)
+    return PipelineConfig(
+        pipeline_name=name,
+        pipeline_root=os.path.join(base, "pipeline_root"),
+        metadata_path=os.path.join(base, "metadata.sqlite"),
+        serving_model_dir=os.path.join(base, "serving_model"),
+        dataset=dataset,
+        **overrides,
+    ).validate()
+
+
+def replace(config: PipelineConfig, **changes) -> PipelineConfig:
+    return dataclasses.replace(config, **changes).validate()
+
+
+def as_sequence(values: Sequence[str] | None) -> tuple[str, ...]:
+    return tuple(values or ())

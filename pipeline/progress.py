@@ -1,0 +1,85 @@
+"""One line per component start and finish, with elapsed time and whether it was cached.
+
+TFX's LocalDagRunner announces each component and the launcher says whether it reused a cached
+execution, through absl logging. This handler listens for exactly those records (matching the
+message templates, not formatted text) and prints progress a person can follow.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import TextIO
+
+_RUNNING = "Component %s is running."
+_FINISHED = "Component %s is finished."
+_CACHED = "A cached execution %d is used."
+_NEW_EXECUTION = "Going to run a new execution %d"
+_FAILED = "Execution %d failed."
+
+
+class ComponentProgress(logging.Handler):
+    def __init__(self, total_components: int, stream: TextIO | None = None):
+        super().__init__(level=logging.INFO)
+        self.total = total_components
+        self.stream = stream or sys.stdout
+        self.records: list[dict] = []
+        self._current: dict | None = None
+        self._started = time.monotonic()
+
+    @property
+    def last_component(self) -> str | None:
+        """The component running now, else the last one that finished (or failed)."""
+        if self._current is not None:
+            return self._current["component"]
+        return self.records[-1]["component"] if self.records else None
+
+    def _print(self, line: str) -> None:
+        elapsed = time.monotonic() - self._started
+        self.stream.write(f"[{elapsed:7.1f}s] {line}\n")
+        self.stream.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == _RUNNING:
+            node_id = record.args[0]
+            self._current = {
+                "component": node_id, "start": time.monotonic(), "status": "running",
+                "execution_id": None,
+            }
+            index = len(self.records) + 1
+            self._print(f"({index}/{self.total}) {node_id} started")
+        elif self._current is None:
+            return
+        elif record.msg == _CACHED:
+            self._current.update(status="cached", execution_id=record.args[0])
+        elif record.msg == _NEW_EXECUTION and isinstance(record.args, tuple):
+            self._current.update(status="executed", execution_id=record.args[0])
+        elif record.msg == _FAILED:
+            self._finish("FAILED")
+        elif record.msg == _FINISHED:
+            status = self._current["status"]
+            if status == "running":  # resolver / importer nodes run without an executor
+                status = "resolved"
+            self._finish(status)
+
+    def _finish(self, status: str) -> None:
+        current = self._current
+        current["status"] = status
+        current["seconds"] = time.monotonic() - current["start"]
+        self.records.append(current)
+        self._current = None
+        self._print(
+            f"({len(self.records)}/{self.total}) {current['component']} {status} "
+            f"in {current['seconds']:.1f}s"
+        )
+
+
+def attach(total_components: int, stream: TextIO | None = None) -> ComponentProgress:
+    handler = ComponentProgress(total_components, stream)
+    logging.getLogger("absl").addHandler(handler)
+    return handler
+
+
+def detach(handler: ComponentProgress) -> None:
+    logging.getLogger("absl").removeHandler(handler)

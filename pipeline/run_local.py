@@ -1,0 +1,229 @@
+"""Run the pipeline locally: SQLite MLMD, local files, Beam DirectRunner, LocalDagRunner.
+
+    python pipeline/run_local.py                          # penguins, end to end
+    python pipeline/run_local.py --data DIR --label COL   # your own CSV files
+
+Prints one line per component (start, finish, elapsed, cached) and a summary at the end; the
+full TFX/Beam/TensorFlow log goes to <output_root>/<pipeline>/logs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import shutil
+import sys
+import time
+import warnings
+
+# Keras 2 must be selected before TensorFlow is imported (pipeline/__init__.py); TensorFlow's
+# C++ INFO lines go to the log file's level of detail, not the console.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+# google-api-core warns about Python 3.10 on import; TFX 1.16 requires 3.10.
+warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
+
+from pipeline import config as config_lib  # noqa: E402
+from pipeline import datasets, preflight  # noqa: E402
+
+# Inputs smaller than this run Beam in-process; larger ones use one worker process per core.
+IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
+EXIT_PIPELINE_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    defaults = config_lib.PipelineConfig.__dataclass_fields__
+    training = config_lib.TrainingConfig()
+    parser = argparse.ArgumentParser(
+        prog="run_local.py",
+        description="Run the TFX pipeline locally (penguins by default, or --data/--label).",
+    )
+    parser.add_argument("--output_root", default=config_lib.default_output_root(),
+                        help="where pipeline outputs, MLMD and the serving model go")
+    parser.add_argument("--pipeline_name", default=None,
+                        help="default: <dataset>-pipeline")
+    parser.add_argument("--data", default=None, help="directory of CSV files (default: penguins)")
+    parser.add_argument("--label", default=None, help="label column of --data (class names)")
+    parser.add_argument("--schema", default=None,
+                        help="curated schema.pbtxt (default: schemas/<dataset>/schema.pbtxt, "
+                             "else inferred on this run and written out for review)")
+    parser.add_argument("--train_fraction", type=float,
+                        default=defaults["train_fraction"].default)
+    parser.add_argument("--example_shards", type=int, default=defaults["example_shards"].default,
+                        help="TFRecord shards per split written by ExampleGen")
+    parser.add_argument("--transform_shards", type=int,
+                        default=defaults["transform_shards"].default,
+                        help="TFRecord shards per split written by Transform")
+    parser.add_argument("--max_rejected_fraction", type=float,
+                        default=defaults["max_rejected_fraction"].default,
+                        help="fail when more than this fraction of CSV rows is rejected")
+    parser.add_argument("--beam_mode", choices=("auto", *config_lib.BEAM_MODES), default="auto",
+                        help="auto: in_memory below 64 MB of input, else multi_processing")
+    parser.add_argument("--beam_workers", type=int, default=None,
+                        help="worker processes for multi_processing (default: CPU count)")
+    parser.add_argument("--beam_arg", action="append", default=[],
+                        help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)")
+    parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default="mirrored")
+    parser.add_argument("--epochs", type=int, default=training.epochs)
+    parser.add_argument("--train_steps", type=int, default=None,
+                        help="train exactly this many steps instead of --epochs")
+    parser.add_argument("--eval_steps", type=int, default=None)
+    parser.add_argument("--batch_size", type=int, default=training.per_replica_batch_size,
+                        help="per-replica batch size (global = this x replicas)")
+    parser.add_argument("--learning_rate", type=float, default=training.learning_rate)
+    parser.add_argument("--accuracy_threshold", type=float,
+                        default=defaults["accuracy_threshold"].default,
+                        help="Evaluator blesses the model only at or above this accuracy")
+    parser.add_argument("--no_cache", action="store_true", help="re-run every component")
+    args = parser.parse_args(argv)
+    if (args.data is None) != (args.label is None):
+        parser.error("--data and --label go together (the label column of your CSV files)")
+    return args
+
+
+def choose_beam(mode: str, workers: int | None, input_bytes: int,
+                extra_args: list[str]) -> config_lib.BeamConfig:
+    cores = os.cpu_count() or 1
+    if mode == "auto":
+        mode = "in_memory" if input_bytes < IN_MEMORY_LIMIT_BYTES or cores == 1 else \
+            "multi_processing"
+    return config_lib.BeamConfig(
+        mode=mode,
+        num_workers=workers or (cores if mode == "multi_processing" else 1),
+        extra_args=tuple(extra_args),
+    )
+
+
+def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, dict]:
+    if args.data is None:
+        dataset = datasets.penguins()
+    else:
+        dataset = datasets.user_csv(args.data, args.label, schema_path=args.schema)
+    if args.schema and args.data is None:
+        dataset = config_lib.dataclasses.replace(dataset, schema_path=os.path.abspath(args.schema))
+    facts = preflight.check_dataset(dataset)
+    dataset = config_lib.dataclasses.replace(
+        dataset, column_types=tuple(facts["column_types"].items())
+    )
+    config = config_lib.local_config(
+        dataset=dataset,
+        output_root=args.output_root,
+        pipeline_name=args.pipeline_name,
+        training=config_lib.TrainingConfig(
+            strategy=args.strategy,
+            epochs=args.epochs,
+            train_steps=args.train_steps,
+            eval_steps=args.eval_steps,
+            per_replica_batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+        ),
+        beam=choose_beam(args.beam_mode, args.beam_workers, facts["total_bytes"], args.beam_arg),
+        train_fraction=args.train_fraction,
+        example_shards=args.example_shards,
+        transform_shards=args.transform_shards,
+        max_rejected_fraction=args.max_rejected_fraction,
+        accuracy_threshold=args.accuracy_threshold,
+        enable_cache=not args.no_cache,
+    )
+    return config, facts
+
+
+def configure_logging(log_dir: str) -> str:
+    """Everything to a log file; the console gets progress lines and errors only."""
+    os.makedirs(log_dir, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log_path = os.path.join(log_dir, f"run-{stamp}.log")
+    file_handler = logging.FileHandler(log_path)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [file_handler]
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")
+
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.INFO)
+    # absl would otherwise also write its records to stderr.
+    absl_logging.get_absl_handler().setLevel(logging.CRITICAL + 1)
+    return log_path
+
+
+def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, out) -> None:
+    executed = sum(1 for c in summary.components if c["status"] == "executed")
+    cached = sum(1 for c in summary.components if c["status"] == "cached")
+    out.write(f"\nPipeline {config.pipeline_name} finished in {seconds:.1f}s: "
+              f"{executed} component(s) executed, {cached} reused from cache.\n")
+    if summary.example_counts:
+        counts = ", ".join(f"{name} {n}" for name, n in summary.example_counts.items())
+        out.write(f"  examples:      {counts}; rows rejected: {summary.rows_rejected}\n")
+    if summary.metrics:
+        metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()))
+        out.write(f"  eval metrics:  {metrics}\n")
+    blessed = {True: "yes", False: "NO (below threshold or regressed)", None: "unknown"}
+    out.write(f"  blessed:       {blessed[summary.blessed]} "
+              f"(accuracy >= {config.accuracy_threshold}, no regression)\n")
+    out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
+    out.write(f"  MLMD (SQLite): {summary.metadata_path}\n")
+
+
+def export_inferred_schema(summary, config: config_lib.PipelineConfig, out) -> None:
+    if config.dataset.schema_path or not summary.inferred_schema_uri:
+        return
+    target_dir = os.path.join(os.path.dirname(config.pipeline_root), "inferred_schema")
+    os.makedirs(target_dir, exist_ok=True)
+    target = os.path.join(target_dir, "schema.pbtxt")
+    shutil.copyfile(summary.inferred_schema_uri, target)
+    curated = os.path.join(datasets.SCHEMAS_DIR, config.dataset.name, "schema.pbtxt")
+    out.write(
+        f"  inferred schema: {target}\n"
+        f"    review it (types, domains, presence), then curate it into {curated};\n"
+        f"    later runs import it and validate new data against it.\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config, facts = build_config(args)
+    except (preflight.InputError, config_lib.ConfigError) as error:
+        sys.stderr.write(f"error: {error}\n")
+        return EXIT_BAD_INPUT
+
+    log_path = configure_logging(os.path.join(os.path.dirname(config.pipeline_root), "logs"))
+    out = sys.stdout
+    out.write(
+        f"Pipeline {config.pipeline_name}: {len(facts['files'])} CSV file(s), "
+        f"{facts['total_bytes'] / 1e6:.1f} MB from {config.dataset.data_root}\n"
+        f"  Beam {config.beam.mode} ({config.beam.num_workers} worker(s)); "
+        f"strategy {config.training.strategy}; log: {log_path}\n"
+    )
+    out.flush()
+
+    from tfx import v1 as tfx
+
+    from pipeline import builder, progress, run_summary
+
+    tfx_pipeline = builder.create_pipeline(config)
+    reporter = progress.attach(len(tfx_pipeline.components), out)
+    started = time.monotonic()
+    try:
+        tfx.orchestration.LocalDagRunner().run(tfx_pipeline)
+    except Exception as error:  # report any component failure in one clear block
+        logging.exception("pipeline failed")
+        failed = reporter.last_component or "the pipeline"
+        sys.stderr.write(f"\nerror: {failed} failed: {error}\n  full log: {log_path}\n")
+        return EXIT_PIPELINE_FAILED
+    finally:
+        progress.detach(reporter)
+    summary = run_summary.summarize(config.metadata_path, reporter.records)
+    print_summary(summary, config, time.monotonic() - started, out)
+    export_inferred_schema(summary, config, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
