@@ -33,6 +33,9 @@ def _dense_with_presence(value, default) -> tuple[tf.Tensor, tf.Tensor | None]:
     return value, None
 
 
+# tf.Transform traces this function several times; it has no data-dependent Python control flow,
+# so AutoGraph's source conversion (of it and of every tft/tf function it calls) is pure cost.
+@tf.autograph.experimental.do_not_convert
 def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
     label_key = custom_config[features.LABEL_KEY_CONFIG]
     if label_key not in inputs:

@@ -41,7 +41,8 @@ def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distrib
             cross_device_ops=None if gpus and not devices else tf.distribute.ReductionToOneDevice(),
         )
     logging.info(
-        "Strategy %s: %d replica(s) in sync", type(strategy).__name__,
+        "Strategy %s: %d replica(s) in sync",
+        type(strategy).__name__,
         strategy.num_replicas_in_sync,
     )
     return strategy

@@ -62,11 +62,11 @@ class TrainingConfig:
     """Trainer settings, passed to run_fn through the Trainer's custom_config."""
 
     strategy: str = "auto"
-    epochs: int = 40
+    epochs: int = 20
     # If set, train for exactly this many steps instead of `epochs` passes.
     train_steps: int | None = None
     eval_steps: int | None = None
-    per_replica_batch_size: int = 16
+    per_replica_batch_size: int = 32
     learning_rate: float = 0.01
     hidden_units: tuple[int, ...] = (32, 16)
     seed: int = 42

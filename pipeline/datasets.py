@@ -34,8 +34,9 @@ def penguins() -> DatasetConfig:
     )
 
 
-def user_csv(data_root: str, label_key: str, name: str | None = None,
-             schema_path: str | None = None) -> DatasetConfig:
+def user_csv(
+    data_root: str, label_key: str, name: str | None = None, schema_path: str | None = None
+) -> DatasetConfig:
     data_root = os.path.abspath(data_root)
     name = name or os.path.basename(data_root.rstrip(os.sep)) or "csv"
     return DatasetConfig(

@@ -32,13 +32,12 @@ def input_files(dataset: DatasetConfig) -> list[str]:
     if not os.path.isdir(dataset.data_root):
         raise InputError(f"data directory {dataset.data_root} does not exist (--data)")
     files = sorted(
-        path for path in glob.glob(os.path.join(dataset.data_root, dataset.file_pattern))
+        path
+        for path in glob.glob(os.path.join(dataset.data_root, dataset.file_pattern))
         if os.path.isfile(path)
     )
     if not files:
-        raise InputError(
-            f"no files match {dataset.file_pattern!r} in {dataset.data_root} (--data)"
-        )
+        raise InputError(f"no files match {dataset.file_pattern!r} in {dataset.data_root} (--data)")
     return files
 
 

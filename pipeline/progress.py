@@ -17,6 +17,8 @@ _FINISHED = "Component %s is finished."
 _CACHED = "A cached execution %d is used."
 _NEW_EXECUTION = "Going to run a new execution %d"
 _FAILED = "Execution %d failed."
+# Components report their own progress (e.g. Trainer epochs) on this logger; see components.
+COMPONENT_PROGRESS_LOGGER = "tfx_scaleout.progress"
 
 
 class ComponentProgress(logging.Handler):
@@ -27,6 +29,7 @@ class ComponentProgress(logging.Handler):
         self.records: list[dict] = []
         self._current: dict | None = None
         self._started = time.monotonic()
+        self.previous_level = logging.NOTSET
 
     @property
     def last_component(self) -> str | None:
@@ -41,10 +44,16 @@ class ComponentProgress(logging.Handler):
         self.stream.flush()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.name == COMPONENT_PROGRESS_LOGGER:
+            if self._current is not None:
+                self._print(f"      {self._current['component']}: {record.getMessage()}")
+            return
         if record.msg == _RUNNING:
             node_id = record.args[0]
             self._current = {
-                "component": node_id, "start": time.monotonic(), "status": "running",
+                "component": node_id,
+                "start": time.monotonic(),
+                "status": "running",
                 "execution_id": None,
             }
             index = len(self.records) + 1
@@ -76,10 +85,21 @@ class ComponentProgress(logging.Handler):
 
 
 def attach(total_components: int, stream: TextIO | None = None) -> ComponentProgress:
+    """Listens to TFX's absl records; INFO must pass the absl logger for that."""
     handler = ComponentProgress(total_components, stream)
-    logging.getLogger("absl").addHandler(handler)
+    absl_logger = logging.getLogger("absl")
+    handler.previous_level = absl_logger.level
+    if absl_logger.getEffectiveLevel() > logging.INFO:
+        absl_logger.setLevel(logging.INFO)
+    absl_logger.addHandler(handler)
+    component_logger = logging.getLogger(COMPONENT_PROGRESS_LOGGER)
+    component_logger.setLevel(logging.INFO)
+    component_logger.addHandler(handler)
     return handler
 
 
 def detach(handler: ComponentProgress) -> None:
-    logging.getLogger("absl").removeHandler(handler)
+    absl_logger = logging.getLogger("absl")
+    absl_logger.removeHandler(handler)
+    absl_logger.setLevel(handler.previous_level)
+    logging.getLogger(COMPONENT_PROGRESS_LOGGER).removeHandler(handler)

@@ -21,7 +21,9 @@ import warnings
 # Keras 2 must be selected before TensorFlow is imported (pipeline/__init__.py); TensorFlow's
 # C++ INFO lines go to the log file's level of detail, not the console.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+# TensorFlow's C++ INFO and WARNING lines (per-epoch end-of-data notices under a distribution
+# strategy among them) would drown the progress lines; TF_CPP_MIN_LOG_LEVEL=0 brings them back.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # google-api-core warns about Python 3.10 on import; TFX 1.16 requires 3.10.
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
@@ -41,42 +43,79 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="run_local.py",
         description="Run the TFX pipeline locally (penguins by default, or --data/--label).",
     )
-    parser.add_argument("--output_root", default=config_lib.default_output_root(),
-                        help="where pipeline outputs, MLMD and the serving model go")
-    parser.add_argument("--pipeline_name", default=None,
-                        help="default: <dataset>-pipeline")
+    parser.add_argument(
+        "--output_root",
+        default=config_lib.default_output_root(),
+        help="where pipeline outputs, MLMD and the serving model go",
+    )
+    parser.add_argument("--pipeline_name", default=None, help="default: <dataset>-pipeline")
     parser.add_argument("--data", default=None, help="directory of CSV files (default: penguins)")
     parser.add_argument("--label", default=None, help="label column of --data (class names)")
-    parser.add_argument("--schema", default=None,
-                        help="curated schema.pbtxt (default: schemas/<dataset>/schema.pbtxt, "
-                             "else inferred on this run and written out for review)")
-    parser.add_argument("--train_fraction", type=float,
-                        default=defaults["train_fraction"].default)
-    parser.add_argument("--example_shards", type=int, default=defaults["example_shards"].default,
-                        help="TFRecord shards per split written by ExampleGen")
-    parser.add_argument("--transform_shards", type=int,
-                        default=defaults["transform_shards"].default,
-                        help="TFRecord shards per split written by Transform")
-    parser.add_argument("--max_rejected_fraction", type=float,
-                        default=defaults["max_rejected_fraction"].default,
-                        help="fail when more than this fraction of CSV rows is rejected")
-    parser.add_argument("--beam_mode", choices=("auto", *config_lib.BEAM_MODES), default="auto",
-                        help="auto: in_memory below 64 MB of input, else multi_processing")
-    parser.add_argument("--beam_workers", type=int, default=None,
-                        help="worker processes for multi_processing (default: CPU count)")
-    parser.add_argument("--beam_arg", action="append", default=[],
-                        help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)")
+    parser.add_argument(
+        "--schema",
+        default=None,
+        help="curated schema.pbtxt (default: schemas/<dataset>/schema.pbtxt, "
+        "else inferred on this run and written out for review)",
+    )
+    parser.add_argument("--train_fraction", type=float, default=defaults["train_fraction"].default)
+    parser.add_argument(
+        "--example_shards",
+        type=int,
+        default=defaults["example_shards"].default,
+        help="TFRecord shards per split written by ExampleGen",
+    )
+    parser.add_argument(
+        "--transform_shards",
+        type=int,
+        default=defaults["transform_shards"].default,
+        help="TFRecord shards per split written by Transform",
+    )
+    parser.add_argument(
+        "--max_rejected_fraction",
+        type=float,
+        default=defaults["max_rejected_fraction"].default,
+        help="fail when more than this fraction of CSV rows is rejected",
+    )
+    parser.add_argument(
+        "--beam_mode",
+        choices=("auto", *config_lib.BEAM_MODES),
+        default="auto",
+        help="auto: in_memory below 64 MB of input, else multi_processing",
+    )
+    parser.add_argument(
+        "--beam_workers",
+        type=int,
+        default=None,
+        help="worker processes for multi_processing (default: CPU count)",
+    )
+    parser.add_argument(
+        "--beam_arg",
+        action="append",
+        default=[],
+        help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)",
+    )
     parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default="mirrored")
     parser.add_argument("--epochs", type=int, default=training.epochs)
-    parser.add_argument("--train_steps", type=int, default=None,
-                        help="train exactly this many steps instead of --epochs")
+    parser.add_argument(
+        "--train_steps",
+        type=int,
+        default=None,
+        help="train exactly this many steps instead of --epochs",
+    )
     parser.add_argument("--eval_steps", type=int, default=None)
-    parser.add_argument("--batch_size", type=int, default=training.per_replica_batch_size,
-                        help="per-replica batch size (global = this x replicas)")
+    parser.add_argument(
+        "--batch_size",
+        type=int,
+        default=training.per_replica_batch_size,
+        help="per-replica batch size (global = this x replicas)",
+    )
     parser.add_argument("--learning_rate", type=float, default=training.learning_rate)
-    parser.add_argument("--accuracy_threshold", type=float,
-                        default=defaults["accuracy_threshold"].default,
-                        help="Evaluator blesses the model only at or above this accuracy")
+    parser.add_argument(
+        "--accuracy_threshold",
+        type=float,
+        default=defaults["accuracy_threshold"].default,
+        help="Evaluator blesses the model only at or above this accuracy",
+    )
     parser.add_argument("--no_cache", action="store_true", help="re-run every component")
     args = parser.parse_args(argv)
     if (args.data is None) != (args.label is None):
@@ -84,12 +123,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def choose_beam(mode: str, workers: int | None, input_bytes: int,
-                extra_args: list[str]) -> config_lib.BeamConfig:
+def choose_beam(
+    mode: str, workers: int | None, input_bytes: int, extra_args: list[str]
+) -> config_lib.BeamConfig:
     cores = os.cpu_count() or 1
     if mode == "auto":
-        mode = "in_memory" if input_bytes < IN_MEMORY_LIMIT_BYTES or cores == 1 else \
-            "multi_processing"
+        mode = (
+            "in_memory" if input_bytes < IN_MEMORY_LIMIT_BYTES or cores == 1 else "multi_processing"
+        )
     return config_lib.BeamConfig(
         mode=mode,
         num_workers=workers or (cores if mode == "multi_processing" else 1),
@@ -141,6 +182,10 @@ def configure_logging(log_dir: str) -> str:
     root = logging.getLogger()
     root.handlers[:] = [file_handler]
     root.setLevel(logging.INFO)
+    # TensorFlow's logger writes to stderr by itself when it is imported before this point.
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.handlers.clear()
+    tf_logger.propagate = True
     logging.captureWarnings(True)
     warnings.simplefilter("default")
 
@@ -155,8 +200,10 @@ def configure_logging(log_dir: str) -> str:
 def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, out) -> None:
     executed = sum(1 for c in summary.components if c["status"] == "executed")
     cached = sum(1 for c in summary.components if c["status"] == "cached")
-    out.write(f"\nPipeline {config.pipeline_name} finished in {seconds:.1f}s: "
-              f"{executed} component(s) executed, {cached} reused from cache.\n")
+    out.write(
+        f"\nPipeline {config.pipeline_name} finished in {seconds:.1f}s: "
+        f"{executed} component(s) executed, {cached} reused from cache.\n"
+    )
     if summary.example_counts:
         counts = ", ".join(f"{name} {n}" for name, n in summary.example_counts.items())
         out.write(f"  examples:      {counts}; rows rejected: {summary.rows_rejected}\n")
@@ -164,8 +211,10 @@ def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, ou
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()))
         out.write(f"  eval metrics:  {metrics}\n")
     blessed = {True: "yes", False: "NO (below threshold or regressed)", None: "unknown"}
-    out.write(f"  blessed:       {blessed[summary.blessed]} "
-              f"(accuracy >= {config.accuracy_threshold}, no regression)\n")
+    out.write(
+        f"  blessed:       {blessed[summary.blessed]} "
+        f"(accuracy >= {config.accuracy_threshold}, no regression)\n"
+    )
     out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
     out.write(f"  MLMD (SQLite): {summary.metadata_path}\n")
 
@@ -188,7 +237,10 @@ def export_inferred_schema(summary, config: config_lib.PipelineConfig, out) -> N
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config, facts = build_config(args)
+        # Library import-time warnings would land on the console before the log file exists.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config, facts = build_config(args)
     except (preflight.InputError, config_lib.ConfigError) as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
@@ -203,15 +255,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     out.flush()
 
-    from tfx import v1 as tfx
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from pipeline import builder, progress, run_summary
 
-    tfx_pipeline = builder.create_pipeline(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tfx_pipeline = builder.create_pipeline(config)
     reporter = progress.attach(len(tfx_pipeline.components), out)
     started = time.monotonic()
     try:
-        tfx.orchestration.LocalDagRunner().run(tfx_pipeline)
+        LocalDagRunner().run(tfx_pipeline)
     except Exception as error:  # report any component failure in one clear block
         logging.exception("pipeline failed")
         failed = reporter.last_component or "the pipeline"

@@ -19,6 +19,24 @@ def open_store(metadata_path: str) -> metadata_store.MetadataStore:
     return metadata_store.MetadataStore(config)
 
 
+def node_states_by_run(store) -> dict[str, dict[str, str]]:
+    """{pipeline run id: {node id: execution state (COMPLETE, CACHED, FAILED, ...)}}, oldest
+    run first."""
+    nodes = {context.id: context.name for context in store.get_contexts_by_type("node")}
+    runs = {}
+    for run in sorted(store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id):
+        states = {}
+        for execution in store.get_executions_by_context(run.id):
+            for context in store.get_contexts_by_execution(execution.id):
+                if context.id in nodes:
+                    node_id = nodes[context.id].rsplit(".", 1)[-1]
+                    states[node_id] = metadata_store_pb2.Execution.State.Name(
+                        execution.last_known_state
+                    )
+        runs[run.name] = states
+    return runs
+
+
 def output_artifacts(store, execution_id: int) -> dict[str, list]:
     """Artifacts an execution produced (or, for a cached execution, reused), by type name."""
     events = store.get_events_by_execution_ids([execution_id])

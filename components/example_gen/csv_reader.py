@@ -1,4 +1,4 @@
-"""CSV file -> typed Arrow table -> serialized tf.Examples, in bulk, with every bad row accounted for.
+"""CSV file -> typed Arrow table -> serialized tf.Examples, in bulk, every bad row accounted for.
 
 Plain functions (no Beam, no TFX) so tests reach them directly. The Beam executor maps them over
 files. Parsing and type conversion are done by pyarrow and the tf.Example encoding by tfx_bsl's
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -145,7 +146,8 @@ def infer_column_type(values: pa.ChunkedArray) -> str:
 
 
 def infer_column_types(parsed: ParsedFile) -> dict[str, str]:
-    return {name: infer_column_type(parsed.table.column(name)) for name in parsed.table.schema.names}
+    table = parsed.table
+    return {name: infer_column_type(table.column(name)) for name in table.schema.names}
 
 
 def unify_column_types(per_file: Iterable[Mapping[str, str]]) -> dict[str, str]:
@@ -187,8 +189,12 @@ def _convert_column(values: pa.ChunkedArray, column_type: str) -> tuple[pa.Array
 
 def convert_table(
     parsed: ParsedFile, column_types: Mapping[str, str]
-) -> tuple[pa.RecordBatch, list[RejectedRow]]:
-    """Typed list columns ready for tf.Example encoding; rows with an unconvertible cell rejected."""
+) -> tuple[pa.RecordBatch, list[RejectedRow], pa.Array]:
+    """Typed list columns ready for tf.Example encoding; rows with an unconvertible cell rejected.
+
+    Returns the record batch of kept rows, the rejected rows, and the keep mask over the parsed
+    rows (to line kept rows up with their raw text).
+    """
     names = parsed.table.schema.names
     unknown = [n for n in names if n not in column_types]
     if unknown:
@@ -211,10 +217,31 @@ def convert_table(
         keep[index] = False
         rejected.append(RejectedRow(parsed.path, int(parsed.lines[index]), "; ".join(reasons)))
     keep_mask = pa.array(keep)
-    arrays = [
-        _to_list_array(typed[name].filter(keep_mask), column_types[name]) for name in names
-    ]
-    return pa.RecordBatch.from_arrays(arrays, names), rejected
+    arrays = [_to_list_array(typed[name].filter(keep_mask), column_types[name]) for name in names]
+    return pa.RecordBatch.from_arrays(arrays, names), rejected, keep_mask
+
+
+def hash_buckets(raw_rows: pa.Table, num_buckets: int) -> np.ndarray:
+    """A deterministic bucket per row from its raw cell text (independent of type inference,
+    column order of the encoder, process or machine), for hash-bucket splits."""
+    if raw_rows.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    cells = [pc.fill_null(raw_rows.column(name), "\x00") for name in raw_rows.schema.names]
+    joined = pc.binary_join_element_wise(*cells, "\x1f")
+    return np.fromiter(
+        (
+            int.from_bytes(hashlib.blake2b(row.encode(), digest_size=8).digest(), "little")
+            % num_buckets
+            for row in joined.to_pylist()
+        ),
+        dtype=np.int64,
+        count=raw_rows.num_rows,
+    )
+
+
+def split_of_buckets(buckets: np.ndarray, split_sizes: Sequence[int]) -> np.ndarray:
+    """Bucket -> split index, splits taking consecutive bucket ranges of the given sizes."""
+    return np.searchsorted(np.cumsum(split_sizes), buckets, side="right")
 
 
 def _to_list_array(values: pa.Array, column_type: str) -> pa.LargeListArray:

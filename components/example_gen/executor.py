@@ -13,7 +13,6 @@ column_types (JSON object; empty: inferred over all files), max_rejected_fractio
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any
@@ -72,14 +71,21 @@ class _UnifyTypes(beam.CombineFn):
 
 
 class _CsvFileToExamples(beam.DoFn):
-    """One CSV file -> serialized tf.Examples (main output) + RejectedRow JSON ('rejected')."""
+    """One CSV file -> serialized tf.Examples tagged with their split, and rejected rows as JSON
+    lines (tag 'rejected')."""
 
     REJECTED = "rejected"
 
-    def __init__(self, null_values):
+    def __init__(self, null_values, split_names: list[str], split_buckets: list[int]):
         self._null_values = null_values
+        self._split_names = split_names
+        self._split_buckets = split_buckets
         self._rows_read = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_read")
         self._rows_rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
+        self._written = {
+            name: beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"examples_{name}")
+            for name in split_names
+        }
         self._encoder = None
 
     def setup(self):
@@ -91,34 +97,20 @@ class _CsvFileToExamples(beam.DoFn):
         parsed = csv_reader.read_csv_as_strings(
             path, _read_file(path), self._null_values, list(column_types)
         )
-        record_batch, bad_cells = csv_reader.convert_table(parsed, column_types)
+        record_batch, bad_cells, keep = csv_reader.convert_table(parsed, column_types)
         rejected = parsed.rejected + bad_cells
         self._rows_read.inc(parsed.table.num_rows + len(parsed.rejected))
         self._rows_rejected.inc(len(rejected))
         for row in rejected:
             yield beam.pvalue.TaggedOutput(self.REJECTED, row.to_json())
-        yield from self._encoder.encode(record_batch)
-
-
-def _bucket_of(serialized: bytes, num_partitions: int, buckets: list[int]) -> int:
-    """Deterministic split by hash bucket of the record's bytes (as TFX's own ExampleGen)."""
-    digest = hashlib.blake2b(serialized, digest_size=8).digest()
-    bucket = int.from_bytes(digest, "little") % sum(buckets)
-    total = 0
-    for index, size in enumerate(buckets):
-        total += size
-        if bucket < total:
-            return index
-    raise AssertionError("unreachable: bucket beyond the configured buckets")
-
-
-class _CountPerSplit(beam.DoFn):
-    def __init__(self, split_name: str):
-        self._counter = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"examples_{split_name}")
-
-    def process(self, serialized: bytes):
-        self._counter.inc()
-        yield serialized
+        splits = csv_reader.split_of_buckets(
+            csv_reader.hash_buckets(parsed.table.filter(keep), sum(self._split_buckets)),
+            self._split_buckets,
+        )
+        for split, serialized in zip(splits, self._encoder.encode(record_batch), strict=True):
+            name = self._split_names[split]
+            self._written[name].inc()
+            yield beam.pvalue.TaggedOutput(name, serialized)
 
 
 @beam.ptransform_fn
@@ -147,18 +139,11 @@ def ReadCsvFilesToSplits(
         # One element per file: spread files over workers before the heavy parse.
         | "SpreadFiles" >> beam.Reshuffle()
         | "CsvToExamples"
-        >> beam.ParDo(_CsvFileToExamples(null_values), types_view).with_outputs(
-            _CsvFileToExamples.REJECTED, main="examples"
-        )
+        >> beam.ParDo(
+            _CsvFileToExamples(null_values, split_names, buckets), types_view
+        ).with_outputs(_CsvFileToExamples.REJECTED, *split_names)
     )
-    partitions = results.examples | "SplitByHashBucket" >> beam.Partition(
-        _bucket_of, len(split_names), buckets
-    )
-    splits = {
-        name: partitions[index] | f"Count[{name}]" >> beam.ParDo(_CountPerSplit(name))
-        for index, name in enumerate(split_names)
-    }
-    return splits, results[_CsvFileToExamples.REJECTED]
+    return {name: results[name] for name in split_names}, results[_CsvFileToExamples.REJECTED]
 
 
 def list_csv_files(input_base: str, pattern: str) -> list[str]:
@@ -189,8 +174,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
         )
         num_shards = int(exec_properties.get("num_shards", DEFAULT_NUM_SHARDS))
-        null_values = tuple(json.loads(exec_properties.get("null_values") or "null") or
-                            DEFAULT_NULL_VALUES)
+        null_values = tuple(
+            json.loads(exec_properties.get("null_values") or "null") or DEFAULT_NULL_VALUES
+        )
         column_types = json.loads(exec_properties.get("column_types") or "{}") or None
         max_rejected_fraction = float(exec_properties.get("max_rejected_fraction", 0.0))
         if len(input_config.splits) != 1 or not output_config.split_config.splits:
@@ -212,7 +198,11 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         rejected_prefix = os.path.join(examples_artifact.uri, REJECTED_DIR, "rejected")
         logging.info(
             "ShardedCsvExampleGen: %d file(s) under %s -> splits %s (buckets %s), %d shard(s) each",
-            len(csv_files), input_base, split_names, buckets, num_shards,
+            len(csv_files),
+            input_base,
+            split_names,
+            buckets,
+            num_shards,
         )
 
         pipeline = self._make_beam_pipeline()
@@ -240,13 +230,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples_artifact.set_int_custom_property("num_rows_read", rows_read)
         examples_artifact.set_int_custom_property("num_rows_rejected", rows_rejected)
         examples_artifact.set_int_custom_property("num_shards_per_split", num_shards)
-        examples_artifact.set_string_custom_property("rejected_rows_uri", rejected_prefix + ".jsonl")
+        examples_artifact.set_string_custom_property(
+            "rejected_rows_uri", rejected_prefix + ".jsonl"
+        )
         examples_artifact.set_string_custom_property("split_example_counts", json.dumps(written))
         examples_artifact.set_string_custom_property("payload_format", "FORMAT_TF_EXAMPLE")
         examples_artifact.set_string_custom_property("file_format", "tfrecords_gzip")
         logging.info(
             "ShardedCsvExampleGen: %d row(s) read = %s written + %d rejected",
-            rows_read, " + ".join(f"{n} {name}" for name, n in written.items()), rows_rejected,
+            rows_read,
+            " + ".join(f"{n} {name}" for name, n in written.items()),
+            rows_rejected,
         )
         if sum(written.values()) + rows_rejected != rows_read:
             raise AssertionError(
@@ -255,8 +249,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             )
         if rows_rejected and rows_rejected > max_rejected_fraction * rows_read:
             raise TooManyRejectedRowsError(
-                _rejection_message(rejected_prefix + ".jsonl", rows_read, rows_rejected,
-                                   max_rejected_fraction)
+                _rejection_message(
+                    rejected_prefix + ".jsonl", rows_read, rows_rejected, max_rejected_fraction
+                )
             )
 
 

@@ -31,9 +31,7 @@ class ShardedTransformProcessor(_StockTransformProcessor):
 
     def _EncodeAndWrite(self, schema, file_format: str, output_path: str):  # noqa: N802 (TFX API)
         if file_format != labels.FORMAT_TFRECORD:
-            return _StockTransformProcessor._EncodeAndWrite(
-                schema, file_format, output_path
-            )
+            return _StockTransformProcessor._EncodeAndWrite(schema, file_format, output_path)
         return _EncodeAndWriteSharded(schema, output_path, self._num_shards)
 
 
@@ -50,9 +48,9 @@ def _EncodeAndWriteSharded(pcoll, schema, output_path: str, num_shards: int):  #
 
 
 def num_output_shards(exec_properties) -> int:
-    custom_config = json.loads(
-        exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null"
-    ) or {}
+    custom_config = (
+        json.loads(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null") or {}
+    )
     return int(custom_config.get(NUM_SHARDS_CONFIG_KEY, DEFAULT_NUM_SHARDS))
 
 
@@ -60,8 +58,6 @@ class Executor(tfx_transform_executor.Executor):
     """Transform executor; custom_config['num_output_shards'] sets the shard count."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 (TFX API)
-        processor = functools.partial(
-            ShardedTransformProcessor, num_output_shards(exec_properties)
-        )
+        processor = functools.partial(ShardedTransformProcessor, num_output_shards(exec_properties))
         with mock.patch.object(tfx_transform_executor, "TransformProcessor", processor):
             super().Do(input_dict, output_dict, exec_properties)

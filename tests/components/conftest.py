@@ -1,0 +1,83 @@
+"""A real tf.Transform run of preprocessing_fn on penguin rows, shared by the component tests."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import os
+
+import apache_beam as beam
+import pytest
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
+
+from components import features, preprocessing
+from pipeline import preflight
+
+NUMERIC = {
+    "bill_length_mm": float,
+    "bill_depth_mm": float,
+    "flipper_length_mm": int,
+    "body_mass_g": int,
+    "year": int,
+}
+
+
+def penguin_instances(csv_path: str, every: int = 6, offset: int = 3) -> list[dict]:
+    """Every 6th row (all species; rows 3 and 9 have missing values) as tf.Transform instance
+    dicts, [] for a missing value ("NA")."""
+    rows = []
+    with open(csv_path, newline="") as handle:
+        for index, record in enumerate(csv.DictReader(handle)):
+            if index % every != offset:
+                continue
+            instance = {}
+            for key, value in record.items():
+                if value == "NA":
+                    instance[key] = []
+                elif key in NUMERIC:
+                    instance[key] = [NUMERIC[key](value)]
+                else:
+                    instance[key] = [value.encode()]
+            rows.append(instance)
+    return rows
+
+
+@pytest.fixture(scope="session")
+def transform_run(tmp_path_factory, penguins_csv, penguins_schema_path):
+    """Analyze + transform 58 real penguin rows, missing values included."""
+    out = tmp_path_factory.mktemp("transform")
+    schema = preflight.load_schema(penguins_schema_path)
+    raw_metadata = dataset_metadata.DatasetMetadata(schema)
+    raw = penguin_instances(penguins_csv)
+    fn = functools.partial(
+        preprocessing.preprocessing_fn, custom_config={features.LABEL_KEY_CONFIG: "species"}
+    )
+    with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=str(out / "tmp")):
+        raw_pc = pipeline | beam.Create(raw, reshuffle=False)
+        (transformed, transformed_metadata), transform_fn = (
+            raw_pc,
+            raw_metadata,
+        ) | tft_beam.AnalyzeAndTransformDataset(fn, output_record_batches=False)
+        _ = transform_fn | tft_beam.WriteTransformFn(str(out / "transform_fn"))
+        coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
+        _ = (
+            transformed
+            | beam.Map(coder.encode)
+            | beam.io.WriteToTFRecord(
+                str(out / "transformed" / "part"), file_name_suffix=".gz", num_shards=2
+            )
+        )
+    # TFX's Transform writes the raw metadata beside the transform graph; serving parses with it.
+    metadata_io.write_metadata(
+        raw_metadata,
+        os.path.join(str(out / "transform_fn"), tft.TFTransformOutput.RAW_METADATA_DIR),
+    )
+    return {
+        "raw": raw,
+        "output": tft.TFTransformOutput(str(out / "transform_fn")),
+        "transformed_files": os.path.join(str(out / "transformed"), "part*.gz"),
+        "schema": schema,
+        "feature_spec": schema_utils.schema_as_feature_spec(schema).feature_spec,
+    }

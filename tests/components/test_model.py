@@ -1,0 +1,72 @@
+"""Model building, one distributed training step, export and serving on raw tf.Examples."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from components import features, model, strategies
+from tests.components.test_preprocessing import serialize
+
+
+def test_dataset_batches_transformed_shards(transform_run):
+    dataset = model.make_dataset(
+        transform_run["transformed_files"],
+        transform_run["output"],
+        "species",
+        8,
+        shuffle=False,
+        repeat=False,
+    )
+    batches = list(dataset)
+    assert sum(int(label.shape[0]) for _, label in batches) == len(transform_run["raw"])
+    batch_features, label = batches[0]
+    assert features.transformed_name("species") not in batch_features
+    assert label.dtype == tf.int64
+    assert batch_features[features.transformed_name("bill_length_mm")].dtype == tf.float32
+
+
+def test_model_trains_under_a_strategy_and_serves_raw_examples(transform_run, tmp_path):
+    output = transform_run["output"]
+    strategy = strategies.make_strategy("mirrored")
+    batch = strategies.global_batch_size(8, strategy)
+    assert batch == 8 * strategy.num_replicas_in_sync
+    dataset = model.make_dataset(
+        transform_run["transformed_files"],
+        output,
+        "species",
+        batch,
+        shuffle=True,
+        repeat=True,
+        seed=1,
+    )
+    with strategy.scope():
+        keras_model = model.build_keras_model(output, "species", hidden_units=(8,))
+    weights_before = [w.numpy().copy() for w in keras_model.trainable_weights]
+    history = keras_model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert any(
+        not np.array_equal(before, after.numpy())
+        for before, after in zip(weights_before, keras_model.trainable_weights, strict=True)
+    )
+
+    export_dir = str(tmp_path / "serving")
+    model.export_serving_model(keras_model, output, "species", export_dir)
+    loaded = tf.saved_model.load(export_dir)
+    serve = loaded.signatures[features.SERVING_SIGNATURE]
+    raw = transform_run["raw"][:5]
+    # Serving gets raw examples without the label, exactly as clients send them.
+    unlabeled = [{k: v for k, v in row.items() if k != "species"} for row in raw]
+    result = serve(examples=tf.constant([serialize(row) for row in unlabeled]))
+    probabilities = result[features.PROBABILITIES].numpy()
+    assert probabilities.shape == (5, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    classes = [c.decode() for c in result[features.CLASSES].numpy()]
+    vocabulary = [v.decode() for v in output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    assert classes == [vocabulary[i] for i in result[features.CLASS_IDS].numpy()]
+
+    transformed = loaded.signatures[features.TRANSFORM_SIGNATURE](
+        examples=tf.constant([serialize(row) for row in raw])
+    )
+    labels = transformed[features.transformed_name("species")].numpy()
+    assert [vocabulary[i] for i in labels] == [row["species"][0].decode() for row in raw]

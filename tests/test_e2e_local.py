@@ -1,0 +1,173 @@
+"""The whole local pipeline, as a user runs it: `python pipeline/run_local.py` in a fresh
+process, on real data, checked through ML Metadata and the pushed model."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from components import features
+from pipeline import run_summary
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMPONENTS = [
+    "CsvExampleGen",
+    "ImportSchemaGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "Transform",
+    "Trainer",
+    "baseline_model_resolver",
+    "Evaluator",
+    "Pusher",
+]
+
+
+def run_local(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, os.path.join(PROJECT_ROOT, "pipeline", "run_local.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=1200,
+        check=False,
+    )
+
+
+def explain(result: subprocess.CompletedProcess) -> str:
+    return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def penguin_runs(tmp_path_factory):
+    output_root = tmp_path_factory.mktemp("penguins")
+    first = run_local("--output_root", str(output_root))
+    assert first.returncode == 0, explain(first)
+    second = run_local("--output_root", str(output_root))
+    assert second.returncode == 0, explain(second)
+    base = output_root / "penguins-pipeline"
+    return {
+        "first": first,
+        "second": second,
+        "metadata": str(base / "metadata.sqlite"),
+        "serving": str(base / "serving_model"),
+    }
+
+
+def test_every_component_executed_then_rerun_is_fully_cached(penguin_runs):
+    store = run_summary.open_store(penguin_runs["metadata"])
+    runs = list(run_summary.node_states_by_run(store).values())
+    assert len(runs) == 2
+    first, second = runs
+    assert sorted(first) == sorted(COMPONENTS)
+    assert all(state == "COMPLETE" for state in first.values()), first
+    # The resolver is not an executor and always resolves; every component is reused.
+    assert {n: s for n, s in second.items() if n != "baseline_model_resolver"} == {
+        n: "CACHED" for n in COMPONENTS if n != "baseline_model_resolver"
+    }
+    assert "8 component(s) executed, 0 reused" in penguin_runs["first"].stdout
+    assert "0 component(s) executed, 8 reused" in penguin_runs["second"].stdout
+
+
+def test_progress_lines_and_summary(penguin_runs):
+    stdout = penguin_runs["first"].stdout
+    for index, name in enumerate(COMPONENTS, start=1):
+        assert f"({index}/9) {name} started" in stdout
+    assert "(6/9) Trainer executed in " in stdout
+    assert "blessed:       yes" in stdout
+    assert "rows rejected: 0" in stdout
+    assert penguin_runs["metadata"] in stdout
+    assert "(6/9) Trainer cached in " in penguin_runs["second"].stdout
+
+
+def test_model_blessed_and_pushed(penguin_runs):
+    store = run_summary.open_store(penguin_runs["metadata"])
+    blessings = store.get_artifacts_by_type("ModelBlessing")
+    assert len(blessings) == 1
+    assert run_summary.custom_value(blessings[0], "blessed") == 1
+    pushed = store.get_artifacts_by_type("PushedModel")
+    assert len(pushed) == 1 and run_summary.custom_value(pushed[0], "pushed") == 1
+    versions = os.listdir(penguin_runs["serving"])
+    assert len(versions) == 1 and versions[0].isdigit()  # one versioned SavedModel
+
+
+def test_pushed_model_predicts_raw_held_out_rows(penguin_runs):
+    store = run_summary.open_store(penguin_runs["metadata"])
+    [examples] = store.get_artifacts_by_type("Examples")[:1]
+    eval_files = glob.glob(os.path.join(examples.uri, "Split-eval", "*.gz"))
+    records = [r.numpy() for r in tf.data.TFRecordDataset(eval_files, compression_type="GZIP")]
+    truth = [
+        tf.train.Example.FromString(r).features.feature["species"].bytes_list.value[0].decode()
+        for r in records
+    ]
+    [version] = os.listdir(penguin_runs["serving"])
+    serve = tf.saved_model.load(os.path.join(penguin_runs["serving"], version)).signatures[
+        features.SERVING_SIGNATURE
+    ]
+    predicted = [c.decode() for c in serve(examples=tf.constant(records))[features.CLASSES].numpy()]
+    accuracy = sum(p == t for p, t in zip(predicted, truth, strict=True)) / len(truth)
+    assert len(truth) > 50
+    assert accuracy >= 0.9, accuracy
+
+
+def test_users_csv_infers_and_writes_out_a_schema(tmp_path, penguins_csv):
+    """--data/--label on a dataset with no curated schema: SchemaGen infers one, the run trains
+    and the schema is written out for review."""
+    data_dir = tmp_path / "birds"
+    data_dir.mkdir()
+    with open(penguins_csv) as source:
+        lines = source.read().splitlines()
+    # Two files, to exercise multi-file ingestion.
+    (data_dir / "part1.csv").write_text("\n".join(lines[:200]) + "\n")
+    (data_dir / "part2.csv").write_text("\n".join([lines[0], *lines[200:]]) + "\n")
+    result = run_local(
+        "--data",
+        str(data_dir),
+        "--label",
+        "species",
+        "--output_root",
+        str(tmp_path / "out"),
+        "--example_shards",
+        "2",
+    )
+    assert result.returncode == 0, explain(result)
+    assert "(2/9) SchemaGen executed" in result.stdout
+    inferred = tmp_path / "out" / "birds-pipeline" / "inferred_schema" / "schema.pbtxt"
+    assert f"inferred schema: {inferred}" in result.stdout
+    text = inferred.read_text()
+    assert 'name: "species"' in text and 'name: "bill_length_mm"' in text
+    assert "blessed:       yes" in result.stdout
+
+
+def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):
+    data_dir = tmp_path / "drifted"
+    data_dir.mkdir()
+    with open(penguins_csv) as source:
+        text = source.read().replace("Adelie,Torgersen", "Emperor,Torgersen")
+    (data_dir / "penguins.csv").write_text(text)
+    schema = os.path.join(PROJECT_ROOT, "schemas", "penguins", "schema.pbtxt")
+    result = run_local(
+        "--data",
+        str(data_dir),
+        "--label",
+        "species",
+        "--schema",
+        schema,
+        "--output_root",
+        str(tmp_path / "out"),
+    )
+    assert result.returncode == 1, explain(result)
+    assert "error: ExampleValidator failed" in result.stderr
+    assert "feature 'species': ENUM_TYPE_UNEXPECTED_STRING_VALUES" in result.stderr
+    assert "Transform started" not in result.stdout
+    store = run_summary.open_store(str(tmp_path / "out" / "drifted-pipeline" / "metadata.sqlite"))
+    [states] = run_summary.node_states_by_run(store).values()
+    assert states["ExampleValidator"] == "FAILED"
+    assert "Transform" not in states
