@@ -81,11 +81,13 @@ def write_reference_inputs(work_dir: str) -> int:
     os.makedirs(labelled_dir, exist_ok=True)
     os.makedirs(unlabelled_dir, exist_ok=True)
     rows = 0
-    with open(source, newline="") as raw, open(
-        os.path.join(labelled_dir, "penguins_processed.csv"), "w", newline=""
-    ) as labelled, open(
-        os.path.join(unlabelled_dir, "penguins_unlabelled.csv"), "w", newline=""
-    ) as unlabelled:
+    with (
+        open(source, newline="") as raw,
+        open(os.path.join(labelled_dir, "penguins_processed.csv"), "w", newline="") as labelled,
+        open(
+            os.path.join(unlabelled_dir, "penguins_unlabelled.csv"), "w", newline=""
+        ) as unlabelled,
+    ):
         labelled_writer, unlabelled_writer = csv.writer(labelled), csv.writer(unlabelled)
         labelled_writer.writerow(["species", *MEASUREMENTS.values()])
         unlabelled_writer.writerow(list(MEASUREMENTS.values()))

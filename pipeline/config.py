@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
 
 BEAM_MODES = ("in_memory", "multi_processing")
 STRATEGIES = ("auto", "one_device", "mirrored")
@@ -61,7 +60,7 @@ class BeamConfig:
 class TrainingConfig:
     """Trainer settings, passed to run_fn through the Trainer's custom_config."""
 
-    strategy: str = "auto"
+    strategy: str = "mirrored"
     epochs: int = 20
     # If set, train for exactly this many steps instead of `epochs` passes.
     train_steps: int | None = None
@@ -184,11 +183,3 @@ def local_config(
         dataset=dataset,
         **overrides,
     ).validate()
-
-
-def replace(config: PipelineConfig, **changes) -> PipelineConfig:
-    return dataclasses.replace(config, **changes).validate()
-
-
-def as_sequence(values: Sequence[str] | None) -> tuple[str, ...]:
-    return tuple(values or ())

@@ -43,5 +43,5 @@ def user_csv(
         name=name,
         data_root=data_root,
         label_key=label_key,
-        schema_path=schema_path or curated_schema_path(name),
+        schema_path=os.path.abspath(schema_path) if schema_path else curated_schema_path(name),
     )

@@ -10,6 +10,7 @@ full TFX/Beam/TensorFlow log goes to <output_root>/<pipeline>/logs/.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import logging
 import os
@@ -94,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)",
     )
-    parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default="mirrored")
+    parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default=training.strategy)
     parser.add_argument("--epochs", type=int, default=training.epochs)
     parser.add_argument(
         "--train_steps",
@@ -144,11 +145,9 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
     else:
         dataset = datasets.user_csv(args.data, args.label, schema_path=args.schema)
     if args.schema and args.data is None:
-        dataset = config_lib.dataclasses.replace(dataset, schema_path=os.path.abspath(args.schema))
+        dataset = dataclasses.replace(dataset, schema_path=os.path.abspath(args.schema))
     facts = preflight.check_dataset(dataset)
-    dataset = config_lib.dataclasses.replace(
-        dataset, column_types=tuple(facts["column_types"].items())
-    )
+    dataset = dataclasses.replace(dataset, column_types=tuple(facts["column_types"].items()))
     config = config_lib.local_config(
         dataset=dataset,
         output_root=args.output_root,

@@ -4,6 +4,7 @@ eval metrics, blessing, pushed model, inferred schema."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 from ml_metadata import metadata_store
@@ -108,8 +109,6 @@ def summarize(metadata_path: str, components: list[dict]) -> RunSummary:
         if custom_value(pushed, "pushed") == 1:
             pushed_model = custom_value(pushed, "pushed_destination")
     for examples in outputs.get("CsvExampleGen", {}).get("Examples", []):
-        import json
-
         counts = json.loads(custom_value(examples, "split_example_counts") or "{}")
         rejected = custom_value(examples, "num_rows_rejected")
     for schema in outputs.get("SchemaGen", {}).get("Schema", []):

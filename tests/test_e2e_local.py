@@ -138,7 +138,7 @@ def test_users_csv_infers_and_writes_out_a_schema(tmp_path, penguins_csv):
         "2",
     )
     assert result.returncode == 0, explain(result)
-    assert "(2/9) SchemaGen executed" in result.stdout
+    assert "(3/9) SchemaGen executed" in result.stdout
     inferred = tmp_path / "out" / "birds-pipeline" / "inferred_schema" / "schema.pbtxt"
     assert f"inferred schema: {inferred}" in result.stdout
     text = inferred.read_text()

@@ -2,62 +2,22 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 
 import pytest
-import tensorflow as tf
-from tfx.dsl.components.base import base_beam_executor
-from tfx.proto import example_gen_pb2
-from tfx.types import standard_artifacts
-from tfx.utils import proto_utils
 
 from components.example_gen import executor
+from tests.components.helpers import IN_MEMORY, MULTI_PROCESSING, read_split, run_executor
 
 GOOD_ROWS = "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range(40))
 
 
-def run_executor(tmp_path, data_dir, *, num_shards=3, column_types=None, max_rejected=0.0):
-    examples = standard_artifacts.Examples()
-    examples.uri = str(tmp_path / "examples")
-    output_config = example_gen_pb2.Output(
-        split_config=example_gen_pb2.SplitConfig(
-            splits=[
-                example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=3),
-                example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=1),
-            ]
-        )
-    )
-    input_config = example_gen_pb2.Input(
-        splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*.csv")]
-    )
-    exec_properties = {
-        "input_base": data_dir,
-        "input_config": proto_utils.proto_to_json(input_config),
-        "output_config": proto_utils.proto_to_json(output_config),
-        "num_shards": num_shards,
-        "null_values": json.dumps(["", "NA"]),
-        "column_types": json.dumps(column_types or {}),
-        "max_rejected_fraction": max_rejected,
-    }
-    context = base_beam_executor.BaseBeamExecutor.Context(
-        beam_pipeline_args=["--direct_running_mode=in_memory"]
-    )
-    executor.Executor(context).Do({}, {"examples": [examples]}, exec_properties)
-    return examples
-
-
-def read_split(examples, split):
-    files = sorted(glob.glob(os.path.join(examples.uri, f"Split-{split}", "*.gz")))
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    return files, [tf.train.Example.FromString(r.numpy()) for r in records]
-
-
-def test_counts_shards_and_inferred_types(tmp_path, write_csv):
+@pytest.mark.parametrize("beam_args", [IN_MEMORY, MULTI_PROCESSING], ids=["in_memory", "multi"])
+def test_counts_shards_and_inferred_types(tmp_path, write_csv, beam_args):
     write_csv("a.csv", "id,x,c\n" + GOOD_ROWS)
     write_csv("b.csv", "id,x,c\n40,NA,a\n41,1.5,NA\n")
-    examples = run_executor(tmp_path, write_csv.dir, num_shards=3)
+    examples = run_executor(tmp_path, write_csv.dir, num_shards=3, beam_args=beam_args)
 
     train_files, train = read_split(examples, "train")
     eval_files, evaluation = read_split(examples, "eval")

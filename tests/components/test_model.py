@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import features, model, strategies
-from tests.components.test_preprocessing import serialize
+from tests.components.helpers import serialize
 
 
 def test_dataset_batches_transformed_shards(transform_run):

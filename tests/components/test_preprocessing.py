@@ -6,22 +6,9 @@ import numpy as np
 import tensorflow as tf
 
 from components import features
+from tests.components.helpers import serialize
 
 SPECIES = ["Adelie", "Chinstrap", "Gentoo"]
-
-
-def serialize(instance: dict) -> bytes:
-    feature = {}
-    for key, values in instance.items():
-        if not values:
-            continue  # missing: the feature is absent
-        if isinstance(values[0], bytes):
-            feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
-        elif isinstance(values[0], float):
-            feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
-        else:
-            feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
 def transform(run, instances):

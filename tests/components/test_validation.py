@@ -12,7 +12,7 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2
 from components.example_gen import csv_reader
 from components.validation import executor
 from pipeline import preflight
-from tests.components.test_example_gen_executor import run_executor
+from tests.components.helpers import run_executor
 
 
 def split_statistics(examples_uri: str, split: str, work_dir):

@@ -1,0 +1,69 @@
+"""Helpers shared by the component tests: raw tf.Examples and direct ExampleGen executor runs."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import tensorflow as tf
+from tfx.dsl.components.base import base_beam_executor
+from tfx.proto import example_gen_pb2
+from tfx.types import standard_artifacts
+from tfx.utils import proto_utils
+
+from components.example_gen import executor
+
+
+def serialize(instance: dict) -> bytes:
+    feature = {}
+    for key, values in instance.items():
+        if not values:
+            continue  # missing: the feature is absent
+        if isinstance(values[0], bytes):
+            feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        elif isinstance(values[0], float):
+            feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        else:
+            feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+IN_MEMORY = ["--direct_running_mode=in_memory"]
+MULTI_PROCESSING = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+def run_executor(
+    tmp_path, data_dir, *, num_shards=3, column_types=None, max_rejected=0.0, beam_args=IN_MEMORY
+):
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "examples")
+    output_config = example_gen_pb2.Output(
+        split_config=example_gen_pb2.SplitConfig(
+            splits=[
+                example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=3),
+                example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=1),
+            ]
+        )
+    )
+    input_config = example_gen_pb2.Input(
+        splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*.csv")]
+    )
+    exec_properties = {
+        "input_base": data_dir,
+        "input_config": proto_utils.proto_to_json(input_config),
+        "output_config": proto_utils.proto_to_json(output_config),
+        "num_shards": num_shards,
+        "null_values": json.dumps(["", "NA"]),
+        "column_types": json.dumps(column_types or {}),
+        "max_rejected_fraction": max_rejected,
+    }
+    context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=beam_args)
+    executor.Executor(context).Do({}, {"examples": [examples]}, exec_properties)
+    return examples
+
+
+def read_split(examples, split):
+    files = sorted(glob.glob(os.path.join(examples.uri, f"Split-{split}", "*.gz")))
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
+    return files, [tf.train.Example.FromString(r.numpy()) for r in records]
