@@ -8,44 +8,15 @@ the transform graph, so serving needs nothing but the model directory.
 
 from __future__ import annotations
 
-import logging as std_logging
-import os
-import time
 from collections.abc import Sequence
 
 import tensorflow as tf
 import tensorflow_transform as tft
-from absl import logging
 
-from components import features, preprocessing, strategies
+from components import features, preprocessing
 
 # Under TF_USE_LEGACY_KERAS=1 this is tf-keras (Keras 2), which tf.Transform 1.16 requires.
 keras = tf.keras
-# The local runner prints records of this logger as progress lines (pipeline/progress.py).
-progress_log = std_logging.getLogger("tfx_scaleout.progress")
-
-
-class EpochProgress(keras.callbacks.Callback):
-    """One progress line per epoch (at most ~20 per run): epoch, loss, accuracy, time."""
-
-    def __init__(self, epochs: int):
-        super().__init__()
-        self._epochs = epochs
-        self._every = max(1, epochs // 20)
-        self._started = time.monotonic()
-
-    def on_epoch_end(self, epoch, logs=None):
-        done = epoch + 1
-        if done % self._every and done != self._epochs:
-            return
-        metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted((logs or {}).items()))
-        progress_log.info(
-            "epoch %d/%d: %s (%.1fs)",
-            done,
-            self._epochs,
-            metrics,
-            time.monotonic() - self._started,
-        )
 
 
 class _StepsWithoutAutograph(keras.Model):
@@ -126,8 +97,9 @@ def build_keras_model(
     label_key: str,
     hidden_units: Sequence[int] = (32, 16),
     learning_rate: float = 0.01,
+    jit_compile: bool = False,
 ) -> keras.Model:
-    """Call inside strategy.scope()."""
+    """Call inside strategy.scope(). jit_compile: XLA-compile the train step."""
     label_name = features.transformed_name(label_key)
     inputs, encoded = {}, []
     for name, spec in sorted(tf_transform_output.transformed_feature_spec().items()):
@@ -152,12 +124,16 @@ def build_keras_model(
     for units in hidden_units:
         x = keras.layers.Dense(units, activation="relu")(x)
     num_classes = len(class_names(tf_transform_output))
-    outputs = keras.layers.Dense(num_classes, activation="softmax", name=features.PROBABILITIES)(x)
+    # float32 output even under a mixed-precision policy, for a numerically stable softmax/loss.
+    outputs = keras.layers.Dense(
+        num_classes, activation="softmax", name=features.PROBABILITIES, dtype="float32"
+    )(x)
     model = _StepsWithoutAutograph(inputs=inputs, outputs=outputs)
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=jit_compile,
     )
     return model
 
@@ -204,74 +180,47 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     )
 
 
-def _steps(num_examples: int | None, batch_size: int) -> int | None:
-    return None if not num_examples else max(1, -(-num_examples // batch_size))
-
-
 def run_fn(fn_args) -> None:
     """TFX Trainer entry point (referenced by module path: components.model.run_fn).
 
     fn_args: tfx.components.FnArgs (train/eval files, transform output, custom_config, ...).
+    Single-worker strategies train here; multi-worker ones run on a cluster of task processes.
     """
-    config = fn_args.custom_config or {}
-    label_key = config[features.LABEL_KEY_CONFIG]
-    seed = int(config.get("seed", 42))
-    keras.utils.set_random_seed(seed)
-    tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
+    from components import cluster, training
 
-    strategy = strategies.make_strategy(config.get("strategy", "mirrored"))
-    batch_size = strategies.global_batch_size(
-        int(config.get("per_replica_batch_size", 32)), strategy
+    config = fn_args.custom_config or {}
+    task = training.TrainTask(
+        train_files=_expand(fn_args.train_files),
+        eval_files=_expand(fn_args.eval_files),
+        transform_output=fn_args.transform_output,
+        serving_model_dir=fn_args.serving_model_dir,
+        model_run_dir=fn_args.model_run_dir,
+        label_key=config[features.LABEL_KEY_CONFIG],
+        strategy=config.get("strategy", "mirrored"),
+        workers=int(config.get("workers", 1)),
+        ps=int(config.get("ps", 0)),
+        per_replica_batch_size=int(config.get("per_replica_batch_size", 32)),
+        epochs=int(config.get("epochs", 20)),
+        train_steps=fn_args.train_steps,
+        eval_steps=fn_args.eval_steps,
+        learning_rate=float(config.get("learning_rate", 0.01)),
+        hidden_units=tuple(config.get("hidden_units", (32, 16))),
+        seed=int(config.get("seed", 42)),
+        checkpoint_every_steps=int(config.get("checkpoint_every_steps", 0)),
+        shard_policy=config.get("shard_policy", "auto"),
+        mixed_precision=config.get("mixed_precision") or None,
+        xla=bool(config.get("xla", False)),
+        cpu_devices=int(config.get("cpu_devices", 0)),
     )
-    train_steps = fn_args.train_steps
-    epochs = 1 if train_steps else int(config.get("epochs", 20))
-    train_dataset = make_dataset(
-        fn_args.train_files,
-        tf_transform_output,
-        label_key,
-        batch_size,
-        shuffle=True,
-        repeat=bool(train_steps),
-        seed=seed,
+    if task.runs_in_process():
+        training.train(task)
+        return
+    cluster.LocalProcessLauncher(max_restarts=int(config.get("max_restarts", 2))).run(
+        cluster.ClusterSpec.for_task(task), task
     )
-    eval_dataset = make_dataset(
-        fn_args.eval_files,
-        tf_transform_output,
-        label_key,
-        batch_size,
-        shuffle=False,
-        repeat=False,
-    )
-    with strategy.scope():
-        model = build_keras_model(
-            tf_transform_output,
-            label_key,
-            hidden_units=config.get("hidden_units", (32, 16)),
-            learning_rate=float(config.get("learning_rate", 0.01)),
-        )
-    logging.info(
-        "Training %s: global batch %d (%d replica(s)), %s",
-        strategy.__class__.__name__,
-        batch_size,
-        strategy.num_replicas_in_sync,
-        f"{train_steps} steps" if train_steps else f"{epochs} epoch(s)",
-    )
-    history = model.fit(
-        train_dataset,
-        epochs=epochs,
-        steps_per_epoch=train_steps,
-        validation_data=eval_dataset,
-        validation_steps=fn_args.eval_steps,
-        # Validate once, after the last epoch: per-epoch validation under a distribution
-        # strategy re-creates the distributed eval iterator every epoch and was 8x slower.
-        validation_freq=epochs,
-        callbacks=[
-            keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
-            EpochProgress(epochs if not train_steps else 1),
-        ],
-        verbose=0,
-    )
-    final = {name: values[-1] for name, values in history.history.items()}
-    logging.info("Final training metrics: %s", final)
-    export_serving_model(model, tf_transform_output, label_key, fn_args.serving_model_dir)
-    logging.info("Exported serving model to %s", os.path.abspath(fn_args.serving_model_dir))
+
+
+def _expand(patterns) -> list[str]:
+    """FnArgs gives file patterns (one per split); tasks get the sorted list of shard files."""
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    return sorted(path for pattern in patterns for path in tf.io.gfile.glob(pattern))

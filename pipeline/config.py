@@ -11,7 +11,9 @@ import dataclasses
 import os
 
 BEAM_MODES = ("in_memory", "multi_processing")
-STRATEGIES = ("auto", "one_device", "mirrored")
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
+SHARD_POLICIES = ("auto", "file", "data")
+MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")
 
 
 class ConfigError(ValueError):
@@ -69,10 +71,33 @@ class TrainingConfig:
     learning_rate: float = 0.01
     hidden_units: tuple[int, ...] = (32, 16)
     seed: int = 42
+    # Cluster shape: worker processes (multi_worker_mirrored, parameter_server) and parameter
+    # servers (parameter_server only).
+    workers: int = 1
+    ps: int = 0
+    # Per-worker input sharding: auto (FILE when there are >= as many files as workers, else
+    # DATA), or forced.
+    shard_policy: str = "auto"
+    # BackupAndRestore every N steps (0: every epoch); a restarted worker resumes from it.
+    checkpoint_every_steps: int = 0
+    # Restarts of a failed local cluster before the Trainer fails.
+    max_restarts: int = 2
+    mixed_precision: str | None = None
+    xla: bool = False
+    # >1: train in a fresh process whose CPU is split into N logical devices (mirrored on CPU).
+    cpu_devices: int = 0
 
     def custom_config(self) -> dict:
         return {
             "strategy": self.strategy,
+            "workers": self.workers,
+            "ps": self.ps,
+            "shard_policy": self.shard_policy,
+            "checkpoint_every_steps": self.checkpoint_every_steps,
+            "max_restarts": self.max_restarts,
+            "mixed_precision": self.mixed_precision or "",
+            "xla": self.xla,
+            "cpu_devices": self.cpu_devices,
             "epochs": self.epochs,
             "per_replica_batch_size": self.per_replica_batch_size,
             "learning_rate": self.learning_rate,
@@ -151,6 +176,48 @@ class PipelineConfig:
             "training.hidden_units",
             f"must be positive layer widths, got {training.hidden_units}",
         )
+        _require(training.workers >= 1, "training.workers", f"must be >= 1, got {training.workers}")
+        if training.strategy == "parameter_server":
+            _require(
+                training.ps >= 1,
+                "training.ps",
+                "must be >= 1 for strategy parameter_server (parameter servers)",
+            )
+        else:
+            _require(
+                training.ps == 0,
+                "training.ps",
+                f"is only valid with strategy parameter_server, got ps={training.ps} with "
+                f"{training.strategy}",
+            )
+        if training.strategy not in ("multi_worker_mirrored", "parameter_server"):
+            _require(
+                training.workers == 1,
+                "training.workers",
+                f"must be 1 for the single-worker strategy {training.strategy}",
+            )
+        _require(
+            training.shard_policy in SHARD_POLICIES,
+            "training.shard_policy",
+            f"must be one of {SHARD_POLICIES}, got {training.shard_policy!r}",
+        )
+        if training.shard_policy == "file":
+            _require(
+                training.workers <= self.transform_shards,
+                "training.shard_policy",
+                f"'file' needs at least as many Transform shards as workers: "
+                f"{self.transform_shards} shard(s) for {training.workers} worker(s)",
+            )
+        _require(
+            training.mixed_precision in (None, *MIXED_PRECISION),
+            "training.mixed_precision",
+            f"must be one of {MIXED_PRECISION} or unset, got {training.mixed_precision!r}",
+        )
+        _require(
+            training.checkpoint_every_steps >= 0, "training.checkpoint_every_steps", "must be >= 0"
+        )
+        _require(training.max_restarts >= 0, "training.max_restarts", "must be >= 0")
+        _require(training.cpu_devices >= 0, "training.cpu_devices", "must be >= 0")
         _require(bool(self.dataset.label_key), "dataset.label_key", "must not be empty")
         return self
 

@@ -96,6 +96,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)",
     )
     parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default=training.strategy)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=training.workers,
+        help="worker processes (multi_worker_mirrored, parameter_server)",
+    )
+    parser.add_argument(
+        "--ps", type=int, default=training.ps, help="parameter servers (parameter_server)"
+    )
+    parser.add_argument(
+        "--shard_policy",
+        choices=config_lib.SHARD_POLICIES,
+        default=training.shard_policy,
+        help="per-worker input sharding (auto: FILE when enough files)",
+    )
+    parser.add_argument(
+        "--checkpoint_every_steps",
+        type=int,
+        default=training.checkpoint_every_steps,
+        help="BackupAndRestore every N steps (0: every epoch)",
+    )
+    parser.add_argument(
+        "--max_restarts",
+        type=int,
+        default=training.max_restarts,
+        help="restarts of a failed local training cluster",
+    )
+    parser.add_argument("--mixed_precision", choices=config_lib.MIXED_PRECISION, default=None)
+    parser.add_argument("--xla", action="store_true", help="XLA-compile the train step")
+    parser.add_argument(
+        "--cpu_devices",
+        type=int,
+        default=training.cpu_devices,
+        help="split the CPU into N logical devices (mirrored without GPUs)",
+    )
     parser.add_argument("--epochs", type=int, default=training.epochs)
     parser.add_argument(
         "--train_steps",
@@ -159,6 +194,14 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
             eval_steps=args.eval_steps,
             per_replica_batch_size=args.batch_size,
             learning_rate=args.learning_rate,
+            workers=args.workers,
+            ps=args.ps,
+            shard_policy=args.shard_policy,
+            checkpoint_every_steps=args.checkpoint_every_steps,
+            max_restarts=args.max_restarts,
+            mixed_precision=args.mixed_precision,
+            xla=args.xla,
+            cpu_devices=args.cpu_devices,
         ),
         beam=choose_beam(args.beam_mode, args.beam_workers, facts["total_bytes"], args.beam_arg),
         train_fraction=args.train_fraction,
@@ -233,6 +276,16 @@ def export_inferred_schema(summary, config: config_lib.PipelineConfig, out) -> N
     )
 
 
+def describe_training(training: config_lib.TrainingConfig) -> str:
+    if training.strategy == "parameter_server":
+        return f"parameter_server ({training.workers} worker(s), {training.ps} ps)"
+    if training.strategy == "multi_worker_mirrored":
+        return f"multi_worker_mirrored ({training.workers} worker(s))"
+    if training.cpu_devices > 1:
+        return f"{training.strategy} ({training.cpu_devices} logical CPU devices)"
+    return training.strategy
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -250,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Pipeline {config.pipeline_name}: {len(facts['files'])} CSV file(s), "
         f"{facts['total_bytes'] / 1e6:.1f} MB from {config.dataset.data_root}\n"
         f"  Beam {config.beam.mode} ({config.beam.num_workers} worker(s)); "
-        f"strategy {config.training.strategy}; log: {log_path}\n"
+        f"strategy {describe_training(config.training)}; log: {log_path}\n"
     )
     out.flush()
 

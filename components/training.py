@@ -1,0 +1,301 @@
+"""The training function every task runs, in the Trainer's process or in a cluster task process.
+
+A TrainTask is the whole, JSON-serializable description of a training job (files, model and
+strategy settings). The TFX Trainer's run_fn builds it; single-worker strategies train in the
+Trainer's own process, multi-worker ones hand it to a cluster launcher that starts one process
+per task (locally, or a pod per task on Kubernetes) and each of them calls train(task).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging as std_logging
+import math
+import os
+import shutil
+import tempfile
+import time
+
+import tensorflow as tf
+import tensorflow_transform as tft
+from absl import logging
+
+from components import model, strategies
+
+keras = tf.keras
+# The local runner prints records of this logger as progress lines (pipeline/progress.py).
+progress_log = std_logging.getLogger("tfx_scaleout.progress")
+
+SHARD_POLICIES = ("auto", "file", "data")
+# Written by the chief into the model run directory: final metrics, replicas, first epoch.
+RESULT_FILE = "training_result.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainTask:
+    train_files: list[str]
+    eval_files: list[str]
+    transform_output: str
+    serving_model_dir: str
+    model_run_dir: str
+    label_key: str
+    strategy: str = "mirrored"
+    workers: int = 1
+    ps: int = 0
+    per_replica_batch_size: int = 32
+    epochs: int = 20
+    train_steps: int | None = None
+    eval_steps: int | None = None
+    learning_rate: float = 0.01
+    hidden_units: tuple[int, ...] = (32, 16)
+    seed: int = 42
+    # Backup (BackupAndRestore) every N steps; 0: at the end of each epoch.
+    checkpoint_every_steps: int = 0
+    shard_policy: str = "auto"
+    mixed_precision: str | None = None
+    xla: bool = False
+    # >1: expose the CPU as this many logical devices (mirrored on CPU-only machines).
+    cpu_devices: int = 0
+    shuffle: bool = True
+
+    @property
+    def backup_dir(self) -> str:
+        return os.path.join(self.model_run_dir, "backup")
+
+    def save(self, path: str) -> None:
+        with tf.io.gfile.GFile(path, "w") as handle:
+            handle.write(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def load(cls, path: str) -> TrainTask:
+        with tf.io.gfile.GFile(path) as handle:
+            values = json.loads(handle.read())
+        values["hidden_units"] = tuple(values["hidden_units"])
+        return cls(**values)
+
+    def runs_in_process(self) -> bool:
+        """Single-worker strategies on the default devices train inside the Trainer's process;
+        anything that needs its own TensorFlow runtime (a cluster, logical CPU devices) does not."""
+        return not strategies.needs_cluster(self.strategy) and self.cpu_devices <= 1
+
+
+class EpochProgress(keras.callbacks.Callback):
+    """At most ~20 progress lines per run: epoch, metrics, elapsed time; and where it started
+    (a run resumed by BackupAndRestore starts after epoch 0)."""
+
+    def __init__(self, epochs: int, chief: bool = True):
+        super().__init__()
+        self._epochs = epochs
+        # Other workers report the same numbers; their lines go to the log file only.
+        self._log = progress_log if chief else std_logging.getLogger("tfx_scaleout.training")
+        self._every = max(1, epochs // 20)
+        self._started = time.monotonic()
+        self.first_epoch: int | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+            self._log.info("training starts at epoch %d/%d", epoch + 1, self._epochs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        done = epoch + 1
+        if done % self._every and done != self._epochs:
+            return
+        metrics = ", ".join(f"{k} {float(v):.4f}" for k, v in sorted((logs or {}).items()))
+        self._log.info(
+            "epoch %d/%d: %s (%.1fs)", done, self._epochs, metrics, time.monotonic() - self._started
+        )
+
+
+def count_records(files: list[str]) -> int:
+    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP")
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1).numpy())
+
+
+def shard_policy_for(task: TrainTask, num_files: int, num_workers: int):
+    """FILE when every worker gets at least one file, else DATA (each worker reads everything
+    and keeps its share); a forced FILE with too few files is an error."""
+    policy = tf.data.experimental.AutoShardPolicy
+    if task.shard_policy == "data":
+        return policy.DATA
+    if task.shard_policy == "file":
+        if num_files < num_workers:
+            raise ValueError(
+                f"shard_policy 'file' needs at least as many files as workers: {num_files} "
+                f"file(s) for {num_workers} worker(s); write more Transform shards "
+                "(--transform_shards) or use shard_policy 'data'"
+            )
+        return policy.FILE
+    return policy.FILE if num_files >= num_workers else policy.DATA
+
+
+def _with_shard_policy(dataset: tf.data.Dataset, shard_policy) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = shard_policy
+    return dataset.with_options(options)
+
+
+def _configure_precision(task: TrainTask) -> None:
+    if task.mixed_precision:
+        keras.mixed_precision.set_global_policy(task.mixed_precision)
+
+
+def train(task: TrainTask) -> dict:
+    """Trains under the task's strategy; the chief exports the serving model. Returns final
+    metrics and where training started (for resumed runs)."""
+    # The strategy first: multi-worker strategies configure collective ops, which must happen
+    # before anything else initializes TensorFlow's runtime in this process.
+    strategy = strategies.make_strategy(task.strategy)
+    keras.utils.set_random_seed(task.seed)
+    _configure_precision(task)
+    tf_transform_output = tft.TFTransformOutput(task.transform_output)
+    chief = strategies.is_chief(strategy)
+    global_batch = strategies.global_batch_size(task.per_replica_batch_size, strategy)
+    is_ps = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    num_workers = task.workers if strategies.needs_cluster(task.strategy) else 1
+
+    if task.train_steps:
+        epochs, steps_per_epoch = 1, task.train_steps
+    else:
+        num_train = count_records(task.train_files)
+        epochs, steps_per_epoch = task.epochs, max(1, math.ceil(num_train / global_batch))
+    shard_policy = shard_policy_for(task, len(task.train_files), num_workers)
+    if num_workers > 1 and chief:
+        logging.info(
+            "Input sharding across %d worker(s): %s (%d file(s))",
+            num_workers,
+            shard_policy.name,
+            len(task.train_files),
+        )
+        progress_log.info(
+            "%d workers, input sharded by %s over %d file(s), global batch %d",
+            num_workers,
+            shard_policy.name,
+            len(task.train_files),
+            global_batch,
+        )
+
+    def make_train_dataset(files, batch_size):
+        return model.make_dataset(
+            files,
+            tf_transform_output,
+            task.label_key,
+            batch_size,
+            shuffle=task.shuffle,
+            repeat=True,
+            seed=task.seed,
+        )
+
+    if is_ps:
+        # Each worker builds its own pipeline; shard by input pipeline id.
+        def dataset_fn(input_context: tf.distribute.InputContext):
+            batch = input_context.get_per_replica_batch_size(global_batch)
+            files = task.train_files
+            pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+            if shard_policy == tf.data.experimental.AutoShardPolicy.FILE and pipelines > 1:
+                return make_train_dataset(files[index::pipelines], batch)
+            return make_train_dataset(files, batch).shard(pipelines, index)
+
+        train_data = keras.utils.experimental.DatasetCreator(dataset_fn)
+        eval_data = None  # the Evaluator component evaluates the exported model
+    else:
+        train_data = _with_shard_policy(
+            make_train_dataset(task.train_files, global_batch), shard_policy
+        )
+        eval_data = _with_shard_policy(
+            model.make_dataset(
+                task.eval_files,
+                tf_transform_output,
+                task.label_key,
+                global_batch,
+                shuffle=False,
+                repeat=False,
+            ),
+            shard_policy,
+        )
+
+    with strategy.scope():
+        keras_model = model.build_keras_model(
+            tf_transform_output,
+            task.label_key,
+            hidden_units=task.hidden_units,
+            learning_rate=task.learning_rate,
+            jit_compile=task.xla,
+        )
+    progress = EpochProgress(epochs, chief)
+    callbacks = [progress]
+    if not is_ps:
+        # BackupAndRestore: a restarted worker resumes from the last backup, not from step 0.
+        callbacks.append(
+            keras.callbacks.BackupAndRestore(
+                task.backup_dir,
+                save_freq=task.checkpoint_every_steps or "epoch",
+                delete_checkpoint=True,
+            )
+        )
+    if chief:
+        callbacks.append(
+            keras.callbacks.TensorBoard(
+                log_dir=task.model_run_dir, update_freq="epoch", profile_batch=0
+            )
+        )
+    if chief:
+        progress_log.info(
+            "%s: %d replica(s), global batch %d, %d epoch(s) x %d step(s)",
+            type(strategy).__name__, strategy.num_replicas_in_sync, global_batch, epochs,
+            steps_per_epoch,
+        )
+    logging.info(
+        "Training with %s: global batch %d (%d replica(s)), %d epoch(s) x %d step(s)",
+        type(strategy).__name__,
+        global_batch,
+        strategy.num_replicas_in_sync,
+        epochs,
+        steps_per_epoch,
+    )
+    history = keras_model.fit(
+        train_data,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        validation_data=eval_data,
+        validation_steps=task.eval_steps,
+        # Validate once, after the last epoch: per-epoch validation under a distribution
+        # strategy re-creates the distributed eval iterator every epoch (2x the training time).
+        validation_freq=epochs,
+        callbacks=callbacks,
+        verbose=0,
+    )
+    final = {name: float(values[-1]) for name, values in history.history.items()}
+    logging.info("Final metrics: %s", final)
+    _export(keras_model, tf_transform_output, task, chief)
+    result = {
+        "metrics": final,
+        "first_epoch": progress.first_epoch,
+        "epochs": epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "replicas": strategy.num_replicas_in_sync,
+        "global_batch": global_batch,
+        "strategy": type(strategy).__name__,
+    }
+    if chief:
+        with tf.io.gfile.GFile(os.path.join(task.model_run_dir, RESULT_FILE), "w") as handle:
+            handle.write(json.dumps(result, indent=2))
+    return result
+
+
+def _export(keras_model, tf_transform_output, task: TrainTask, chief: bool) -> None:
+    """Only the chief writes the serving model. Other multi-worker tasks save to a scratch
+    directory they delete: saving may need every worker's participation (variables with
+    cross-worker aggregation), so they must not skip it."""
+    if chief:
+        model.export_serving_model(
+            keras_model, tf_transform_output, task.label_key, task.serving_model_dir
+        )
+        logging.info("Exported serving model to %s", task.serving_model_dir)
+        return
+    scratch = tempfile.mkdtemp(prefix="non-chief-export-")
+    try:
+        model.export_serving_model(keras_model, tf_transform_output, task.label_key, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
