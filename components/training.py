@@ -225,8 +225,12 @@ def train(task: TrainTask) -> dict:
         )
     progress = EpochProgress(epochs, chief)
     callbacks = [progress]
-    if not is_ps:
+    if isinstance(
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    ):
         # BackupAndRestore: a restarted worker resumes from the last backup, not from step 0.
+        # (tf-keras supports it for these strategies only; parameter-server training tolerates
+        # worker failures by itself, and one_device has no cluster to restart.)
         callbacks.append(
             keras.callbacks.BackupAndRestore(
                 task.backup_dir,
@@ -243,7 +247,10 @@ def train(task: TrainTask) -> dict:
     if chief:
         progress_log.info(
             "%s: %d replica(s), global batch %d, %d epoch(s) x %d step(s)",
-            type(strategy).__name__, strategy.num_replicas_in_sync, global_batch, epochs,
+            type(strategy).__name__,
+            strategy.num_replicas_in_sync,
+            global_batch,
+            epochs,
             steps_per_epoch,
         )
     logging.info(

@@ -58,3 +58,41 @@ def test_beam_args_per_mode():
         "--direct_num_workers=2",
         "--x=1",
     ]
+
+
+@pytest.mark.parametrize(
+    "training, field, message",
+    [
+        (config_lib.TrainingConfig(strategy="mirrored", ps=1), "training.ps", "only valid"),
+        (
+            config_lib.TrainingConfig(strategy="parameter_server", workers=2, ps=0),
+            "training.ps",
+            "must be >= 1",
+        ),
+        (
+            config_lib.TrainingConfig(strategy="mirrored", workers=2),
+            "training.workers",
+            "must be 1 for the single-worker strategy mirrored",
+        ),
+        (
+            config_lib.TrainingConfig(strategy="multi_worker_mirrored", workers=0),
+            "training.workers",
+            "must be >= 1",
+        ),
+        (
+            config_lib.TrainingConfig(
+                strategy="multi_worker_mirrored", workers=5, shard_policy="file"
+            ),
+            "training.shard_policy",
+            r"4 shard\(s\) for 5 worker\(s\)",
+        ),
+        (
+            config_lib.TrainingConfig(mixed_precision="float8"),
+            "training.mixed_precision",
+            "must be one of",
+        ),
+    ],
+)
+def test_invalid_cluster_configurations(training, field, message):
+    with pytest.raises(config_lib.ConfigError, match=rf"{field} .*{message}"):
+        make(training=training)

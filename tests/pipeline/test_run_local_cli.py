@@ -61,3 +61,21 @@ def test_beam_mode_auto_choice():
         3,
         ("--x=1",),
     )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--strategy", "mirrored", "--ps", "1"], "training.ps is only valid with strategy"),
+        (["--strategy", "parameter_server", "--workers", "2"], "training.ps must be >= 1"),
+        (
+            ["--strategy", "multi_worker_mirrored", "--workers", "9", "--shard_policy", "file"],
+            "'file' needs at least as many Transform shards as workers",
+        ),
+    ],
+)
+def test_bad_cluster_flags_fail_before_any_component(capsys, tmp_path, flags, message):
+    code = run_local.main([*flags, "--output_root", str(tmp_path / "out")])
+    assert code == run_local.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

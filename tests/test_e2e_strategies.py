@@ -1,0 +1,187 @@
+"""Distributed training on this CPU machine: every strategy through the pipeline's Trainer,
+sync strategies against one_device, and a worker killed mid-training."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+
+from components import cluster, training
+from pipeline import run_summary
+from tests.test_e2e_local import explain, run_local
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    """A penguin pipeline run whose ingestion and Transform later runs reuse from the cache."""
+    output_root = tmp_path_factory.mktemp("strategies")
+    result = run_local("--output_root", str(output_root))
+    assert result.returncode == 0, explain(result)
+    return str(output_root)
+
+
+def latest_outputs(output_root: str, component: str) -> dict:
+    store = run_summary.open_store(
+        os.path.join(output_root, "penguins-pipeline", "metadata.sqlite")
+    )
+    runs = run_summary.node_states_by_run(store)
+    node_context = store.get_context_by_type_and_name("node", f"penguins-pipeline.{component}")
+    executions = [e for e in store.get_executions_by_context(node_context.id)]
+    latest = max(executions, key=lambda e: e.id)
+    return {"runs": runs, "outputs": run_summary.output_artifacts(store, latest.id)}
+
+
+def eval_accuracy(stdout: str) -> float:
+    return float(re.search(r"sparse_categorical_accuracy (\d\.\d+)", stdout).group(1))
+
+
+@pytest.mark.parametrize(
+    "flags, replicas",
+    [
+        (["--strategy", "mirrored", "--cpu_devices", "2"], 2),
+        (["--strategy", "multi_worker_mirrored", "--workers", "2"], 2),
+        (["--strategy", "parameter_server", "--workers", "2", "--ps", "1"], None),
+    ],
+    ids=["mirrored-2cpu", "multi_worker_mirrored-2", "parameter_server-2w1ps"],
+)
+def test_strategy_trains_through_the_pipeline(base_run, flags, replicas):
+    result = run_local("--output_root", base_run, *flags)
+    assert result.returncode == 0, explain(result)
+    assert "(6/9) Trainer executed" in result.stdout
+    assert "(5/9) Transform cached" in result.stdout
+    assert eval_accuracy(result.stdout) >= 0.9
+
+    outputs = latest_outputs(base_run, "Trainer")["outputs"]
+    [model_artifact] = outputs["Model"]
+    [model_run] = outputs["ModelRun"]
+    exported = glob.glob(os.path.join(model_artifact.uri, "**", "saved_model.pb"), recursive=True)
+    assert len(exported) == 1, exported  # only the chief exported
+    assert not glob.glob(os.path.join(model_run.uri, "**", "saved_model.pb"), recursive=True)
+    with open(os.path.join(model_run.uri, training.RESULT_FILE)) as handle:
+        summary = json.load(handle)
+    if replicas is not None:
+        assert summary["replicas"] == replicas
+        assert summary["global_batch"] == 32 * replicas
+
+
+def transform_outputs(base_run: str) -> tuple[str, str]:
+    outputs = latest_outputs(base_run, "Transform")["outputs"]
+    return outputs["Examples"][0].uri, outputs["TransformGraph"][0].uri
+
+
+def run_task(tmp_path, name, examples_uri, transform_graph, **overrides):
+    run_dir = tmp_path / name
+    task = training.TrainTask(
+        train_files=sorted(glob.glob(os.path.join(examples_uri, "Split-train", "*.gz"))),
+        eval_files=sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz"))),
+        transform_output=transform_graph,
+        serving_model_dir=str(run_dir / "serving"),
+        model_run_dir=str(run_dir / "run"),
+        label_key="species",
+        **overrides,
+    )
+    launcher = cluster.LocalProcessLauncher(max_restarts=0)
+    launcher.run(cluster.ClusterSpec.for_task(task), task)
+    with open(os.path.join(task.model_run_dir, training.RESULT_FILE)) as handle:
+        return json.load(handle)
+
+
+# Sync strategies compute the same gradient of the same global batch (mean over 32 examples);
+# only the order of floating-point reductions differs. Tolerance on the loss after K steps:
+SYNC_LOSS_RTOL = 1e-3
+
+
+def test_sync_strategies_match_one_device(base_run, tmp_path):
+    examples_uri, transform_graph = transform_outputs(base_run)
+    common = dict(train_steps=15, shuffle=False, shard_policy="data", seed=7)
+    reference = run_task(
+        tmp_path,
+        "one_device",
+        examples_uri,
+        transform_graph,
+        strategy="one_device",
+        per_replica_batch_size=32,
+        **common,
+    )
+    mirrored = run_task(
+        tmp_path,
+        "mirrored",
+        examples_uri,
+        transform_graph,
+        strategy="mirrored",
+        cpu_devices=2,
+        per_replica_batch_size=16,
+        **common,
+    )
+    multi_worker = run_task(
+        tmp_path,
+        "mwms",
+        examples_uri,
+        transform_graph,
+        strategy="multi_worker_mirrored",
+        workers=2,
+        per_replica_batch_size=16,
+        **common,
+    )
+    assert reference["global_batch"] == mirrored["global_batch"] == multi_worker["global_batch"]
+    loss = reference["metrics"]["loss"]
+    for other in (mirrored, multi_worker):
+        assert other["replicas"] == 2
+        assert other["metrics"]["loss"] == pytest.approx(loss, rel=SYNC_LOSS_RTOL), (
+            other["strategy"],
+            other["metrics"]["loss"],
+            loss,
+        )
+
+
+def test_killed_worker_resumes_from_backup(base_run, tmp_path):
+    examples_uri, transform_graph = transform_outputs(base_run)
+    run_dir = tmp_path / "fault"
+    task = training.TrainTask(
+        train_files=sorted(glob.glob(os.path.join(examples_uri, "Split-train", "*.gz"))),
+        eval_files=sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz"))),
+        transform_output=transform_graph,
+        serving_model_dir=str(run_dir / "serving"),
+        model_run_dir=str(run_dir / "run"),
+        label_key="species",
+        strategy="multi_worker_mirrored",
+        workers=2,
+        epochs=60,
+        per_replica_batch_size=16,
+    )
+    launcher = cluster.LocalProcessLauncher(max_restarts=1)
+    errors = []
+
+    def launch():
+        try:
+            launcher.run(cluster.ClusterSpec.for_task(task), task)
+        except Exception as error:  # surfaced by the assertion below
+            errors.append(error)
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not glob.glob(os.path.join(task.backup_dir, "**", "checkpoint"), recursive=True):
+        assert time.monotonic() < deadline, "no backup was written"
+        assert thread.is_alive(), errors
+        time.sleep(0.2)
+    time.sleep(2)  # a few more epochs, so that the backup is mid-training, not at epoch 0
+    victim = launcher.processes["worker-1"].popen
+    os.killpg(victim.pid, signal.SIGKILL)
+    thread.join(timeout=600)
+    assert not thread.is_alive()
+    assert not errors, errors
+    assert launcher.attempts == 2
+    with open(os.path.join(task.model_run_dir, training.RESULT_FILE)) as handle:
+        result = json.load(handle)
+    assert result["first_epoch"] > 0  # resumed from the backup, not from step 0
+    assert os.path.exists(os.path.join(task.serving_model_dir, "saved_model.pb"))
