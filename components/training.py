@@ -28,6 +28,9 @@ keras = tf.keras
 progress_log = std_logging.getLogger("tfx_scaleout.progress")
 
 SHARD_POLICIES = ("auto", "file", "data")
+# Transformed training shards up to this size (compressed) are cached in memory after the first
+# epoch; larger ones are streamed from disk every epoch.
+CACHE_RECORDS_BELOW_BYTES = 256 * 1024 * 1024
 # Written by the chief into the model run directory: final metrics, replicas, first epoch.
 RESULT_FILE = "training_result.json"
 
@@ -106,6 +109,28 @@ class EpochProgress(keras.callbacks.Callback):
         self._log.info(
             "epoch %d/%d: %s (%.1fs)", done, self._epochs, metrics, time.monotonic() - self._started
         )
+
+
+class SteadyStateTimer(keras.callbacks.Callback):
+    """Examples/s after the first `skip` steps (tracing, warm-up and input start-up excluded)."""
+
+    def __init__(self, global_batch: int, skip: int = 20):
+        super().__init__()
+        self._global_batch = global_batch
+        self._skip = skip
+        self._seen = 0
+        self._start: float | None = None
+        self.examples_per_second: float | None = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._seen += 1
+        if self._seen == self._skip:
+            self._start = time.monotonic()
+
+    def on_train_end(self, logs=None):
+        if self._start is not None and self._seen > self._skip:
+            seconds = time.monotonic() - self._start
+            self.examples_per_second = (self._seen - self._skip) * self._global_batch / seconds
 
 
 def count_records(files: list[str]) -> int:
@@ -224,7 +249,8 @@ def train(task: TrainTask) -> dict:
             jit_compile=task.xla,
         )
     progress = EpochProgress(epochs, chief)
-    callbacks = [progress]
+    timer = SteadyStateTimer(global_batch)
+    callbacks = [progress, timer]
     if isinstance(
         strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
     ):
@@ -261,6 +287,7 @@ def train(task: TrainTask) -> dict:
         epochs,
         steps_per_epoch,
     )
+    fit_started = time.monotonic()
     history = keras_model.fit(
         train_data,
         epochs=epochs,
@@ -273,6 +300,7 @@ def train(task: TrainTask) -> dict:
         callbacks=callbacks,
         verbose=0,
     )
+    train_seconds = time.monotonic() - fit_started
     final = {name: float(values[-1]) for name, values in history.history.items()}
     logging.info("Final metrics: %s", final)
     _export(keras_model, tf_transform_output, task, chief)
@@ -284,6 +312,10 @@ def train(task: TrainTask) -> dict:
         "replicas": strategy.num_replicas_in_sync,
         "global_batch": global_batch,
         "strategy": type(strategy).__name__,
+        # Wall time of fit(), trace and validation included; steps run in this attempt.
+        "train_seconds": train_seconds,
+        "steps_run": (epochs - (progress.first_epoch or 0)) * steps_per_epoch,
+        "steady_examples_per_second": timer.examples_per_second,
     }
     if chief:
         with tf.io.gfile.GFile(os.path.join(task.model_run_dir, RESULT_FILE), "w") as handle:

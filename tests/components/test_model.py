@@ -70,3 +70,30 @@ def test_model_trains_under_a_strategy_and_serves_raw_examples(transform_run, tm
     )
     labels = transformed[features.transformed_name("species")].numpy()
     assert [vocabulary[i] for i in labels] == [row["species"][0].decode() for row in raw]
+
+
+def test_mixed_precision_and_xla_train(transform_run):
+    """The GPU options: a mixed-precision policy (bfloat16 runs on CPU too) and an XLA-compiled
+    train step; the output layer stays float32."""
+    output = transform_run["output"]
+    dataset = model.make_dataset(
+        transform_run["transformed_files"],
+        output,
+        "species",
+        8,
+        shuffle=False,
+        repeat=True,
+        cache_records=True,
+    )
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        keras_model = model.build_keras_model(
+            output, "species", hidden_units=(8,), jit_compile=True
+        )
+        history = keras_model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+    hidden = [layer for layer in keras_model.layers if isinstance(layer, tf.keras.layers.Dense)]
+    assert hidden[0].compute_dtype == "bfloat16"
+    assert keras_model.output.dtype == tf.float32
+    assert np.isfinite(history.history["loss"][0])
