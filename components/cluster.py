@@ -209,9 +209,10 @@ class LocalProcessLauncher:
             how = "exited before the chief finished"
         else:
             how = f"exited with code {code}"
-        # The last lines are where Python prints the exception.
+        # Python prints the exception last; TensorFlow may log shutdown lines after it.
         lines = [line.strip() for line in process.tail if line.strip()]
-        last = " | ".join(lines[-2:])[-600:]
+        errors = [line for line in lines if "Error" in line or "Exception" in line]
+        last = (errors[-1] if errors else " | ".join(lines[-2:]))[-600:]
         return f"task {name} {how}" + (f": {last}" if last else "")
 
     def _stop_all(self) -> None:

@@ -77,6 +77,22 @@ class TrainTask:
         values["hidden_units"] = tuple(values["hidden_units"])
         return cls(**values)
 
+    @classmethod
+    def from_transform_output(
+        cls, examples_uri: str, transform_graph: str, run_dir: str, label_key: str, **settings
+    ) -> TrainTask:
+        """A task over a Transform run's outputs (its train/eval shards and transform graph),
+        writing under run_dir: for running training outside the pipeline (tests, benchmarks)."""
+        return cls(
+            train_files=sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-train", "*"))),
+            eval_files=sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*"))),
+            transform_output=transform_graph,
+            serving_model_dir=os.path.join(run_dir, "serving"),
+            model_run_dir=os.path.join(run_dir, "run"),
+            label_key=label_key,
+            **settings,
+        )
+
     def runs_in_process(self) -> bool:
         """Single-worker strategies on the default devices train inside the Trainer's process;
         anything that needs its own TensorFlow runtime (a cluster, logical CPU devices) does not."""
@@ -249,8 +265,9 @@ def train(task: TrainTask) -> dict:
             jit_compile=task.xla,
         )
     progress = EpochProgress(epochs, chief)
-    timer = SteadyStateTimer(global_batch)
-    callbacks = [progress, timer]
+    # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
+    timer = None if is_ps else SteadyStateTimer(global_batch)
+    callbacks = [progress] + ([timer] if timer else [])
     if isinstance(
         strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
     ):
@@ -315,7 +332,7 @@ def train(task: TrainTask) -> dict:
         # Wall time of fit(), trace and validation included; steps run in this attempt.
         "train_seconds": train_seconds,
         "steps_run": (epochs - (progress.first_epoch or 0)) * steps_per_epoch,
-        "steady_examples_per_second": timer.examples_per_second,
+        "steady_examples_per_second": timer.examples_per_second if timer else None,
     }
     if chief:
         with tf.io.gfile.GFile(os.path.join(task.model_run_dir, RESULT_FILE), "w") as handle:

@@ -78,16 +78,9 @@ def transform_outputs(base_run: str) -> tuple[str, str]:
     return outputs["Examples"][0].uri, outputs["TransformGraph"][0].uri
 
 
-def run_task(tmp_path, name, examples_uri, transform_graph, **overrides):
-    run_dir = tmp_path / name
-    task = training.TrainTask(
-        train_files=sorted(glob.glob(os.path.join(examples_uri, "Split-train", "*.gz"))),
-        eval_files=sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz"))),
-        transform_output=transform_graph,
-        serving_model_dir=str(run_dir / "serving"),
-        model_run_dir=str(run_dir / "run"),
-        label_key="species",
-        **overrides,
+def run_task(tmp_path, name, examples_uri, transform_graph, **settings):
+    task = training.TrainTask.from_transform_output(
+        examples_uri, transform_graph, str(tmp_path / name), "species", **settings
     )
     launcher = cluster.LocalProcessLauncher(max_restarts=0)
     launcher.run(cluster.ClusterSpec.for_task(task), task)
@@ -145,14 +138,11 @@ def test_sync_strategies_match_one_device(base_run, tmp_path):
 
 def test_killed_worker_resumes_from_backup(base_run, tmp_path):
     examples_uri, transform_graph = transform_outputs(base_run)
-    run_dir = tmp_path / "fault"
-    task = training.TrainTask(
-        train_files=sorted(glob.glob(os.path.join(examples_uri, "Split-train", "*.gz"))),
-        eval_files=sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*.gz"))),
-        transform_output=transform_graph,
-        serving_model_dir=str(run_dir / "serving"),
-        model_run_dir=str(run_dir / "run"),
-        label_key="species",
+    task = training.TrainTask.from_transform_output(
+        examples_uri,
+        transform_graph,
+        str(tmp_path / "fault"),
+        "species",
         strategy="multi_worker_mirrored",
         workers=2,
         epochs=60,
