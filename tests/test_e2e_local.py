@@ -171,3 +171,67 @@ def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):
     [states] = run_summary.node_states_by_run(store).values()
     assert states["ExampleValidator"] == "FAILED"
     assert "Transform" not in states
+
+
+def inspect(penguin_runs, *args):
+    """`python -m pipeline.inspect_mlmd --json ...` in-process; returns the parsed output."""
+    import contextlib
+    import io
+    import json
+
+    from pipeline import inspect_mlmd
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = inspect_mlmd.main(["--metadata", penguin_runs["metadata"], "--json", *args])
+    assert code == 0
+    return json.loads(out.getvalue())
+
+
+def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
+    store = run_summary.open_store(penguin_runs["metadata"])
+    runs = inspect(penguin_runs, "runs")
+    raw_runs = sorted(store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
+    assert [r["run"] for r in runs] == [c.name for c in raw_runs]
+    assert (runs[0]["executed"], runs[0]["cached"], runs[0]["status"]) == (9, 0, "COMPLETE")
+    # Second run: everything reused; the resolver node always resolves (COMPLETE).
+    assert (runs[1]["executed"], runs[1]["cached"], runs[1]["status"]) == (1, 8, "COMPLETE")
+    for row, context in zip(runs, raw_runs, strict=True):
+        assert row["executed"] + row["cached"] == len(store.get_executions_by_context(context.id))
+
+    executions = inspect(penguin_runs, "executions")  # latest run
+    assert [e["component"] for e in executions] == COMPONENTS
+    trainer = next(e for e in executions if e["component"] == "Trainer")
+    assert trainer["state"] == "CACHED"
+    assert trainer["properties"]["run_fn"] == "components.model.run_fn"
+    first = inspect(penguin_runs, "executions", "1")
+    assert all(e["state"] == "COMPLETE" for e in first)
+
+
+def test_inspect_artifacts_lineage_and_diff(penguin_runs):
+    [model] = inspect(penguin_runs, "artifacts", "--type", "Model", "1")
+    assert model["produced_by"]["component"] == "Trainer"
+    assert model["size_bytes"] > 10_000 and os.path.isdir(model["uri"])
+    [pushed] = inspect(penguin_runs, "artifacts", "--type", "PushedModel", "1")
+
+    tree = inspect(penguin_runs, "lineage", str(pushed["artifact"]))["upstream"]
+    components, sources, stack = set(), set(), [tree]
+    while stack:
+        node = stack.pop()
+        step = node.get("produced_by")
+        if step:
+            components.add(step["component"])
+            sources.add(step.get("source"))
+            stack.extend(step["inputs"])
+    assert {"Pusher", "Trainer", "Transform", "CsvExampleGen", "Evaluator"} <= components
+    assert any(s and s.endswith(os.path.join("palmerpenguins", "data")) for s in sources)
+
+    [examples] = inspect(penguin_runs, "artifacts", "--type", "Examples", "1")[:1]
+    downstream = inspect(penguin_runs, "lineage", str(examples["artifact"]))["downstream"]
+    consumers = {step["component"] for step in downstream["consumed_by"]}
+    assert {"StatisticsGen", "Transform", "Evaluator"} <= consumers
+
+    changes = inspect(penguin_runs, "diff", "1", "2")
+    states = {c["component"]: (c["a"], c["b"]) for c in changes if c["change"] == "state"}
+    assert states["Trainer"] == ("COMPLETE", "CACHED")
+    assert "baseline_model_resolver" not in states

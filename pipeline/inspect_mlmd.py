@@ -1,0 +1,474 @@
+"""Inspect what the pipeline recorded in ML Metadata, without writing MLMD queries.
+
+    python -m pipeline.inspect_mlmd runs
+    python -m pipeline.inspect_mlmd executions [RUN]
+    python -m pipeline.inspect_mlmd artifacts [--type Examples] [RUN]
+    python -m pipeline.inspect_mlmd lineage ARTIFACT_ID
+    python -m pipeline.inspect_mlmd diff RUN_A RUN_B
+
+RUN is a pipeline run id as `runs` lists it (or its row number, 1 = oldest; default: the latest).
+Every subcommand takes --json. The store: --metadata FILE (SQLite), or --pipeline NAME under
+--output_root (default ./tfx_output; found automatically when there is one pipeline), or MySQL
+(--mysql_host/--mysql_port/--mysql_database; user and password from MLMD_MYSQL_USER and
+MLMD_MYSQL_PASSWORD, never from flags). Only ml-metadata's public, read-only API is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import glob
+import json
+import os
+import sys
+
+from ml_metadata import errors as mlmd_errors
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from pipeline import config as config_lib
+
+State = metadata_store_pb2.Execution.State
+INPUT_EVENTS = (metadata_store_pb2.Event.INPUT, metadata_store_pb2.Event.DECLARED_INPUT)
+OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
+
+
+class InspectError(RuntimeError):
+    """A one-line, user-facing error (bad store, unknown run or artifact)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Connection
+
+
+def sqlite_config(path: str) -> metadata_store_pb2.ConnectionConfig:
+    if not os.path.isfile(path):
+        raise InspectError(f"no MLMD store at {path} (run the pipeline first, or pass --metadata)")
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = path
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    return config
+
+
+def mysql_config(host: str, port: int, database: str) -> metadata_store_pb2.ConnectionConfig:
+    config = metadata_store_pb2.ConnectionConfig()
+    config.mysql.host = host
+    config.mysql.port = port
+    config.mysql.database = database
+    config.mysql.user = os.environ.get("MLMD_MYSQL_USER", "root")
+    config.mysql.password = os.environ.get("MLMD_MYSQL_PASSWORD", "")
+    return config
+
+
+def find_sqlite(output_root: str, pipeline_name: str | None) -> str:
+    if pipeline_name:
+        return os.path.join(output_root, pipeline_name, "metadata.sqlite")
+    stores = sorted(glob.glob(os.path.join(output_root, "*", "metadata.sqlite")))
+    if not stores:
+        raise InspectError(
+            f"no MLMD store under {output_root} (run pipeline/run_local.py, or pass --metadata)"
+        )
+    if len(stores) > 1:
+        names = ", ".join(os.path.basename(os.path.dirname(s)) for s in stores)
+        raise InspectError(
+            f"several pipelines under {output_root} ({names}); pick one with --pipeline"
+        )
+    return stores[0]
+
+
+def connect(config: metadata_store_pb2.ConnectionConfig) -> metadata_store.MetadataStore:
+    try:
+        store = metadata_store.MetadataStore(config)
+        store.get_context_types()  # touches the schema: a corrupt file fails here
+    except (mlmd_errors.StatusError, RuntimeError) as error:
+        where = config.sqlite.filename_uri or (
+            f"mysql://{config.mysql.host}:{config.mysql.port}/{config.mysql.database}"
+        )
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        raise InspectError(f"cannot open the MLMD store at {where}: {first_line}") from error
+    return store
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def _time(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="seconds")
+
+
+def _value(value: metadata_store_pb2.Value):
+    kind = value.WhichOneof("value")
+    if kind == "struct_value":
+        from google.protobuf import json_format
+
+        return json_format.MessageToDict(value.struct_value)
+    if kind == "proto_value":
+        return str(value.proto_value)
+    return getattr(value, kind) if kind else None
+
+
+def _properties(node) -> dict:
+    values = {k: _value(v) for k, v in node.properties.items()}
+    values.update(
+        {k: _value(v) for k, v in node.custom_properties.items() if not k.startswith("__")}
+    )
+    return values
+
+
+@dataclasses.dataclass
+class Store:
+    store: metadata_store.MetadataStore
+
+    def __post_init__(self):
+        self.nodes = {c.id: c.name for c in self.store.get_contexts_by_type("node")}
+        self.artifact_types = {t.id: t.name for t in self.store.get_artifact_types()}
+        self.execution_types = {t.id: t.name for t in self.store.get_execution_types()}
+
+    def runs(self) -> list:
+        return sorted(self.store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
+
+    def run(self, key: str | None):
+        runs = self.runs()
+        if not runs:
+            raise InspectError("the store has no pipeline runs")
+        if key is None:
+            return runs[-1]
+        for index, run in enumerate(runs, start=1):
+            if key in (run.name, str(index)):
+                return run
+        raise InspectError(f"unknown run {key!r}; `runs` lists {len(runs)} run(s)")
+
+    def node_of(self, execution) -> str:
+        for context in self.store.get_contexts_by_execution(execution.id):
+            if context.id in self.nodes:
+                return self.nodes[context.id].rsplit(".", 1)[-1]
+        return self.execution_types.get(execution.type_id, "?")
+
+    def events(self, execution_id: int) -> tuple[list[int], list[int]]:
+        events = self.store.get_events_by_execution_ids([execution_id])
+        inputs = sorted({e.artifact_id for e in events if e.type in INPUT_EVENTS})
+        outputs = sorted({e.artifact_id for e in events if e.type in OUTPUT_EVENTS})
+        return inputs, outputs
+
+    def executions(self, run) -> list:
+        return sorted(self.store.get_executions_by_context(run.id), key=lambda e: e.id)
+
+    def artifact(self, artifact_id: int):
+        found = self.store.get_artifacts_by_id([artifact_id])
+        if not found:
+            raise InspectError(f"unknown artifact id {artifact_id}")
+        return found[0]
+
+    def producer(self, artifact_id: int) -> int | None:
+        for event in self.store.get_events_by_artifact_ids([artifact_id]):
+            if event.type in OUTPUT_EVENTS:
+                return event.execution_id
+        return None
+
+    def consumers(self, artifact_id: int) -> list[int]:
+        return sorted(
+            {
+                e.execution_id
+                for e in self.store.get_events_by_artifact_ids([artifact_id])
+                if e.type in INPUT_EVENTS
+            }
+        )
+
+
+def _disk_size(uri: str) -> int | None:
+    if not os.path.exists(uri):
+        return None
+    if os.path.isfile(uri):
+        return os.path.getsize(uri)
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(uri)
+        for name in names
+    )
+
+
+def describe_runs(db: Store) -> list[dict]:
+    rows = []
+    for index, run in enumerate(db.runs(), start=1):
+        executions = db.store.get_executions_by_context(run.id)
+        states = [State.Name(e.last_known_state) for e in executions]
+        if "FAILED" in states:
+            status = "FAILED"
+        elif any(s in ("RUNNING", "NEW", "UNKNOWN") for s in states):
+            status = "RUNNING"
+        else:
+            status = "COMPLETE"
+        rows.append(
+            {
+                "row": index,
+                "run": run.name,
+                "start": _time(min(e.create_time_since_epoch for e in executions))
+                if executions
+                else "",
+                "end": _time(max(e.last_update_time_since_epoch for e in executions))
+                if executions
+                else "",
+                "status": status,
+                "executed": states.count("COMPLETE"),
+                "cached": states.count("CACHED"),
+                "failed": states.count("FAILED"),
+            }
+        )
+    return rows
+
+
+def describe_executions(db: Store, run) -> list[dict]:
+    rows = []
+    for execution in db.executions(run):
+        inputs, outputs = db.events(execution.id)
+        rows.append(
+            {
+                "execution": execution.id,
+                "component": db.node_of(execution),
+                "state": State.Name(execution.last_known_state),
+                "seconds": round(
+                    (execution.last_update_time_since_epoch - execution.create_time_since_epoch)
+                    / 1000,
+                    1,
+                ),
+                "inputs": inputs,
+                "outputs": outputs,
+                "properties": _properties(execution),
+            }
+        )
+    return sorted(rows, key=lambda r: r["execution"])
+
+
+def describe_artifact(db: Store, artifact) -> dict:
+    producer = db.producer(artifact.id)
+    component = None
+    if producer is not None:
+        component = db.node_of(db.store.get_executions_by_id([producer])[0])
+    return {
+        "artifact": artifact.id,
+        "type": db.artifact_types.get(artifact.type_id, "?"),
+        "uri": artifact.uri,
+        "size_bytes": _disk_size(artifact.uri),
+        "produced_by": {"execution": producer, "component": component},
+        "properties": _properties(artifact),
+    }
+
+
+def describe_artifacts(db: Store, run, type_name: str | None) -> list[dict]:
+    ids = set()
+    for execution in db.executions(run):
+        ids.update(db.events(execution.id)[1])
+    artifacts = db.store.get_artifacts_by_id(sorted(ids)) if ids else []
+    rows = [describe_artifact(db, a) for a in artifacts]
+    if type_name:
+        known = set(db.artifact_types.values())
+        if type_name not in known:
+            raise InspectError(f"unknown artifact type {type_name!r}; known: {sorted(known)}")
+        rows = [r for r in rows if r["type"] == type_name]
+    return sorted(rows, key=lambda r: r["artifact"])
+
+
+def lineage(db: Store, artifact_id: int) -> dict:
+    """{'artifact', 'upstream': tree to the raw data, 'downstream': tree to pushed models}."""
+    root = db.artifact(artifact_id)
+
+    def label(artifact) -> dict:
+        return {
+            "artifact": artifact.id,
+            "type": db.artifact_types.get(artifact.type_id, "?"),
+            "uri": artifact.uri,
+        }
+
+    def upstream(artifact, seen) -> dict:
+        node = label(artifact)
+        producer = db.producer(artifact.id)
+        if producer is None or producer in seen:
+            return node
+        execution = db.store.get_executions_by_id([producer])[0]
+        inputs, _ = db.events(producer)
+        node["produced_by"] = {
+            "execution": producer,
+            "component": db.node_of(execution),
+            "inputs": [upstream(db.artifact(i), seen | {producer}) for i in inputs],
+        }
+        source = _properties(execution).get("input_base")
+        if source:  # ExampleGen: the raw data directory
+            node["produced_by"]["source"] = source
+        return node
+
+    def downstream(artifact, seen) -> dict:
+        node = label(artifact)
+        node["consumed_by"] = []
+        for consumer in db.consumers(artifact.id):
+            if consumer in seen:
+                continue
+            execution = db.store.get_executions_by_id([consumer])[0]
+            _, outputs = db.events(consumer)
+            node["consumed_by"].append(
+                {
+                    "execution": consumer,
+                    "component": db.node_of(execution),
+                    "outputs": [downstream(db.artifact(o), seen | {consumer}) for o in outputs],
+                }
+            )
+        return node
+
+    return {"upstream": upstream(root, frozenset()), "downstream": downstream(root, frozenset())}
+
+
+def diff_runs(db: Store, run_a, run_b) -> list[dict]:
+    """Per component: state, execution properties, input/output artifact URIs that differ."""
+
+    def by_component(run):
+        result = {}
+        for row in describe_executions(db, run):
+            row["input_uris"] = sorted(db.artifact(i).uri for i in row["inputs"])
+            row["output_uris"] = sorted(db.artifact(o).uri for o in row["outputs"])
+            result[row["component"]] = row
+        return result
+
+    a, b = by_component(run_a), by_component(run_b)
+    changes = []
+    for component in sorted(set(a) | set(b)):
+        left, right = a.get(component), b.get(component)
+        if left is None or right is None:
+            changes.append(
+                {
+                    "component": component,
+                    "change": "only in one run",
+                    "a": left and left["state"],
+                    "b": right and right["state"],
+                }
+            )
+            continue
+        for field in ("state", "input_uris", "output_uris"):
+            if left[field] != right[field]:
+                changes.append(
+                    {"component": component, "change": field, "a": left[field], "b": right[field]}
+                )
+        keys = set(left["properties"]) | set(right["properties"])
+        for key in sorted(keys):
+            if left["properties"].get(key) != right["properties"].get(key):
+                changes.append(
+                    {
+                        "component": component,
+                        "change": f"property {key}",
+                        "a": left["properties"].get(key),
+                        "b": right["properties"].get(key),
+                    }
+                )
+    return changes
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+
+
+def _table(rows: list[dict], columns: list[str], out) -> None:
+    if not rows:
+        out.write("(none)\n")
+        return
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n")
+    for row in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _print_tree(node: dict, out, indent: str = "", children_key: str = "produced_by") -> None:
+    out.write(f"{indent}{node['type']} #{node['artifact']}  {node['uri']}\n")
+    if children_key == "produced_by" and "produced_by" in node:
+        step = node["produced_by"]
+        source = f" from {step['source']}" if step.get("source") else ""
+        out.write(f"{indent}  <- {step['component']} (execution {step['execution']}){source}\n")
+        for child in step["inputs"]:
+            _print_tree(child, out, indent + "     ", children_key)
+    if children_key == "consumed_by":
+        for step in node.get("consumed_by", []):
+            out.write(f"{indent}  -> {step['component']} (execution {step['execution']})\n")
+            for child in step["outputs"]:
+                _print_tree(child, out, indent + "     ", children_key)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.inspect_mlmd", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--output_root", default=config_lib.default_output_root())
+    parser.add_argument("--pipeline", default=None, help="pipeline name under --output_root")
+    parser.add_argument("--metadata", default=None, help="SQLite MLMD file")
+    parser.add_argument("--mysql_host", default=None)
+    parser.add_argument("--mysql_port", type=int, default=3306)
+    parser.add_argument("--mysql_database", default="metadb")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("runs", help="pipeline runs: time, status, executed vs cached")
+    executions = commands.add_parser("executions", help="component executions of a run")
+    executions.add_argument("run", nargs="?")
+    artifacts = commands.add_parser("artifacts", help="artifacts a run produced or reused")
+    artifacts.add_argument("run", nargs="?")
+    artifacts.add_argument("--type", default=None, help="e.g. Examples, Schema, Model")
+    lineage_parser = commands.add_parser("lineage", help="upstream and downstream of an artifact")
+    lineage_parser.add_argument("artifact", type=int)
+    diff = commands.add_parser("diff", help="what differs between two runs")
+    diff.add_argument("run_a")
+    diff.add_argument("run_b")
+    return parser.parse_args(argv)
+
+
+def run(args, out) -> None:
+    if args.mysql_host:
+        config = mysql_config(args.mysql_host, args.mysql_port, args.mysql_database)
+    else:
+        config = sqlite_config(args.metadata or find_sqlite(args.output_root, args.pipeline))
+    db = Store(connect(config))
+    if args.command == "runs":
+        result = describe_runs(db)
+        columns = ["row", "run", "start", "end", "status", "executed", "cached", "failed"]
+    elif args.command == "executions":
+        result = describe_executions(db, db.run(args.run))
+        columns = ["execution", "component", "state", "seconds", "inputs", "outputs"]
+    elif args.command == "artifacts":
+        result = describe_artifacts(db, db.run(args.run), args.type)
+        columns = ["artifact", "type", "size_bytes", "uri"]
+    elif args.command == "lineage":
+        result = lineage(db, args.artifact)
+        columns = None
+    else:
+        result = diff_runs(db, db.run(args.run_a), db.run(args.run_b))
+        columns = ["component", "change", "a", "b"]
+    if args.json:
+        out.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+    elif columns is None:
+        out.write("upstream (to the raw data):\n")
+        _print_tree(result["upstream"], out, "  ", "produced_by")
+        out.write("downstream (to pushed models):\n")
+        _print_tree(result["downstream"], out, "  ", "consumed_by")
+    else:
+        _table(result, columns, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        run(args, sys.stdout)
+    except InspectError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
