@@ -5,6 +5,7 @@
     python -m pipeline.inspect_mlmd artifacts [--type Examples] [RUN]
     python -m pipeline.inspect_mlmd lineage ARTIFACT_ID
     python -m pipeline.inspect_mlmd diff RUN_A RUN_B
+    python -m pipeline.inspect_mlmd report [RUN] [--out FILE]
 
 RUN is a pipeline run id as `runs` lists it (or its row number, 1 = oldest; default: the latest).
 Every subcommand takes --json. The store: --metadata FILE (SQLite), or --pipeline NAME under
@@ -425,6 +426,9 @@ def parse_args(argv):
     diff = commands.add_parser("diff", help="what differs between two runs")
     diff.add_argument("run_a")
     diff.add_argument("run_b")
+    report = commands.add_parser("report", help="a self-contained HTML page about a run")
+    report.add_argument("run", nargs="?")
+    report.add_argument("--out", default=None, help="default: report-<row>.html in the cwd")
     return parser.parse_args(argv)
 
 
@@ -445,6 +449,19 @@ def run(args, out) -> None:
         columns = ["artifact", "type", "size_bytes", "uri"]
     elif args.command == "lineage":
         result = lineage(db, args.artifact)
+        columns = None
+    elif args.command == "report":
+        from pipeline import mlmd_report
+
+        chosen = db.run(args.run)
+        row = [r.id for r in db.runs()].index(chosen.id) + 1
+        path = os.path.abspath(args.out or f"report-{row}.html")
+        with open(path, "w") as handle:
+            handle.write(mlmd_report.build_report(db, chosen))
+        result = {"report": path, "run": chosen.name}
+        if not args.json:
+            out.write(f"report of run {chosen.name} written to {path}\n")
+            return
         columns = None
     else:
         result = diff_runs(db, db.run(args.run_a), db.run(args.run_b))

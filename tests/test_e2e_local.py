@@ -235,3 +235,71 @@ def test_inspect_artifacts_lineage_and_diff(penguin_runs):
     states = {c["component"]: (c["a"], c["b"]) for c in changes if c["change"] == "state"}
     assert states["Trainer"] == ("COMPLETE", "CACHED")
     assert "baseline_model_resolver" not in states
+
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+]
+
+
+def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
+    import shutil
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium package is required (.ci/run installs it)"
+    report = tmp_path / "report.html"
+    result = inspect(penguin_runs, "report", "1", "--out", str(report))
+    assert result["report"] == str(report)
+    page = report.read_text()
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+
+    profile = ["--user-data-dir=" + str(tmp_path / "profile")]
+    shot = tmp_path / "report.png"
+    screenshot = subprocess.run(
+        [
+            chromium,
+            *CHROMIUM_FLAGS,
+            *profile,
+            "--window-size=1300,1800",
+            f"--screenshot={shot}",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert screenshot.returncode == 0, screenshot.stderr[-2000:]
+    assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+    assert "CONSOLE" not in screenshot.stderr  # no console errors or messages at all
+
+    dom = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, *profile, "--dump-dom", report.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    rendered = dom.stdout
+    for section in (
+        "Lineage",
+        "Component times",
+        "Data statistics",
+        "Anomalies",
+        "Evaluation",
+        "Artifacts",
+    ):
+        assert f">{section}</h2>" in rendered
+    assert rendered.count('class="node"') == len(COMPONENTS)
+    assert "sparse_categorical_accuracy" in rendered and "Model blessed" in rendered
+    assert "bill_length_mm" in rendered and "no anomalies" in rendered
