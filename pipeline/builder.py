@@ -25,7 +25,7 @@ from tfx.components import (
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.dsl.components.base import executor_spec
 from tfx.dsl.components.common.resolver import Resolver
-from tfx.orchestration import metadata, pipeline
+from tfx.orchestration import pipeline
 from tfx.proto import pusher_pb2, trainer_pb2
 from tfx.types import Channel, standard_artifacts
 
@@ -165,6 +165,6 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
             pusher,
         ],
         enable_cache=config.enable_cache,
-        metadata_connection_config=metadata.sqlite_metadata_connection_config(config.metadata_path),
+        metadata_connection_config=config.metadata_connection_config(),
         beam_pipeline_args=config.beam.pipeline_args(),
     )

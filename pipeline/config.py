@@ -107,6 +107,21 @@ class TrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MySQLConfig:
+    """MLMD on MySQL (as Kubeflow uses) instead of the local SQLite file. The user and password
+    come from the environment (MLMD_MYSQL_USER, MLMD_MYSQL_PASSWORD) via the runner."""
+
+    host: str
+    port: int = 3306
+    database: str = "metadb"
+    user: str = "root"
+    password: str = dataclasses.field(default="", repr=False)
+
+    def describe(self) -> str:
+        return f"mysql://{self.host}:{self.port}/{self.database}"
+
+
+@dataclasses.dataclass(frozen=True)
 class PipelineConfig:
     pipeline_name: str
     pipeline_root: str
@@ -123,6 +138,30 @@ class PipelineConfig:
     max_rejected_fraction: float = 0.0
     accuracy_threshold: float = 0.9
     enable_cache: bool = True
+    # None: SQLite at metadata_path.
+    mysql: MySQLConfig | None = None
+
+    def metadata_connection_config(self):
+        """ml-metadata ConnectionConfig of this pipeline's store."""
+        from ml_metadata.proto import metadata_store_pb2
+
+        connection = metadata_store_pb2.ConnectionConfig()
+        if self.mysql:
+            connection.mysql.host = self.mysql.host
+            connection.mysql.port = self.mysql.port
+            connection.mysql.database = self.mysql.database
+            connection.mysql.user = self.mysql.user
+            connection.mysql.password = self.mysql.password
+        else:
+            connection.sqlite.filename_uri = self.metadata_path
+            connection.sqlite.connection_mode = (
+                metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
+            )
+        return connection
+
+    @property
+    def metadata_location(self) -> str:
+        return self.mysql.describe() if self.mysql else self.metadata_path
 
     @property
     def split_buckets(self) -> tuple[int, int]:

@@ -62,8 +62,7 @@ def lineage_svg(executions: list[dict], db: inspect_mlmd.Store) -> str:
     height = 40 + max(len(m) for m in rows.values()) * (BOX_H + GAP_Y)
     state = {e["component"]: e["state"] for e in executions}
     parts = [
-        f'<svg width="{width}" height="{height}" '
-        f'role="img" aria-label="lineage graph">',
+        f'<svg width="{width}" height="{height}" role="img" aria-label="lineage graph">',
         '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="8" refY="4" '
         'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>',
     ]

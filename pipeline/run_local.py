@@ -153,6 +153,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Evaluator blesses the model only at or above this accuracy",
     )
     parser.add_argument("--no_cache", action="store_true", help="re-run every component")
+    parser.add_argument(
+        "--mysql_host",
+        default=None,
+        help="record MLMD in MySQL instead of SQLite (user and password from "
+        "MLMD_MYSQL_USER / MLMD_MYSQL_PASSWORD)",
+    )
+    parser.add_argument("--mysql_port", type=int, default=3306)
+    parser.add_argument("--mysql_database", default="metadb")
     args = parser.parse_args(argv)
     if (args.data is None) != (args.label is None):
         parser.error("--data and --label go together (the label column of your CSV files)")
@@ -210,6 +218,15 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
         max_rejected_fraction=args.max_rejected_fraction,
         accuracy_threshold=args.accuracy_threshold,
         enable_cache=not args.no_cache,
+        mysql=config_lib.MySQLConfig(
+            host=args.mysql_host,
+            port=args.mysql_port,
+            database=args.mysql_database,
+            user=os.environ.get("MLMD_MYSQL_USER", "root"),
+            password=os.environ.get("MLMD_MYSQL_PASSWORD", ""),
+        )
+        if args.mysql_host
+        else None,
     )
     return config, facts
 
@@ -258,7 +275,7 @@ def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, ou
         f"(accuracy >= {config.accuracy_threshold}, no regression)\n"
     )
     out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
-    out.write(f"  MLMD (SQLite): {summary.metadata_path}\n")
+    out.write(f"  MLMD:          {summary.metadata_path}\n")
 
 
 def export_inferred_schema(summary, config: config_lib.PipelineConfig, out) -> None:
@@ -325,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PIPELINE_FAILED
     finally:
         progress.detach(reporter)
-    summary = run_summary.summarize(config.metadata_path, reporter.records)
+    summary = run_summary.summarize(
+        config.metadata_connection_config(), reporter.records, config.metadata_location
+    )
     print_summary(summary, config, time.monotonic() - started, out)
     export_inferred_schema(summary, config, out)
     return 0

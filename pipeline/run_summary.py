@@ -13,9 +13,12 @@ from ml_metadata.proto import metadata_store_pb2
 OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
 
 
-def open_store(metadata_path: str) -> metadata_store.MetadataStore:
+def open_store(source) -> metadata_store.MetadataStore:
+    """source: a SQLite file path (opened read-only) or an ml-metadata ConnectionConfig."""
+    if isinstance(source, metadata_store_pb2.ConnectionConfig):
+        return metadata_store.MetadataStore(source)
     config = metadata_store_pb2.ConnectionConfig()
-    config.sqlite.filename_uri = metadata_path
+    config.sqlite.filename_uri = source
     config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
     return metadata_store.MetadataStore(config)
 
@@ -92,9 +95,10 @@ class RunSummary:
         return all(c["status"] in ("cached", "resolved") for c in self.components)
 
 
-def summarize(metadata_path: str, components: list[dict]) -> RunSummary:
-    """components: the progress records (component id, status, execution id) of this run."""
-    store = open_store(metadata_path)
+def summarize(source, components: list[dict], location: str) -> RunSummary:
+    """source: see open_store; components: the progress records (component id, status,
+    execution id) of this run; location: where the store is, for the user."""
+    store = open_store(source)
     outputs = {
         c["component"]: output_artifacts(store, c["execution_id"])
         for c in components
@@ -121,5 +125,5 @@ def summarize(metadata_path: str, components: list[dict]) -> RunSummary:
         example_counts=counts,
         rows_rejected=rejected,
         inferred_schema_uri=schema_uri,
-        metadata_path=metadata_path,
+        metadata_path=location,
     )

@@ -303,3 +303,96 @@ def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
     assert rendered.count('class="node"') == len(COMPONENTS)
     assert "sparse_categorical_accuracy" in rendered and "Model blessed" in rendered
     assert "bill_length_mm" in rendered and "no anomalies" in rendered
+
+
+@pytest.fixture
+def mariadb(tmp_path):
+    """Debian's MariaDB server on a loopback port, in a throwaway data directory."""
+    import shutil
+    import time
+
+    import portpicker
+
+    server, install = shutil.which("mariadbd"), shutil.which("mariadb-install-db")
+    if server is None:  # Debian puts the server in sbin, often not on a user's PATH
+        server = "/usr/sbin/mariadbd" if os.path.exists("/usr/sbin/mariadbd") else None
+    assert server and install, "Debian's mariadb-server package is required (.ci/run installs it)"
+    data_dir = tmp_path / "mariadb"
+    subprocess.run(
+        [
+            install,
+            "--user=root",
+            f"--datadir={data_dir}",
+            "--skip-test-db",
+            "--auth-root-authentication-method=normal",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    port = portpicker.pick_unused_port()
+    process = subprocess.Popen(
+        [
+            server,
+            "--user=root",
+            f"--datadir={data_dir}",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={tmp_path / 'mariadb.sock'}",
+            f"--pid-file={tmp_path / 'mariadb.pid'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    import socket
+
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert process.poll() is None, "mariadbd exited during start-up"
+            assert time.monotonic() < deadline, "mariadbd did not start in 60 s"
+            time.sleep(0.3)
+    yield port
+    process.terminate()
+    process.wait(timeout=60)
+
+
+def test_pipeline_on_mysql_metadata(mariadb, tmp_path):
+    """run_local records MLMD in MySQL (MariaDB here) and inspect_mlmd reads it back."""
+    import contextlib
+    import io
+    import json
+
+    from ml_metadata.proto import metadata_store_pb2
+
+    from pipeline import inspect_mlmd
+
+    flags = [
+        "--mysql_host",
+        "127.0.0.1",
+        "--mysql_port",
+        str(mariadb),
+        "--mysql_database",
+        "mlmd_test",
+    ]
+    result = run_local("--output_root", str(tmp_path / "out"), *flags)
+    assert result.returncode == 0, explain(result)
+    assert f"MLMD:          mysql://127.0.0.1:{mariadb}/mlmd_test" in result.stdout
+    assert not (tmp_path / "out" / "penguins-pipeline" / "metadata.sqlite").exists()
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert inspect_mlmd.main([*flags, "--json", "runs"]) == 0
+    [run] = json.loads(out.getvalue())
+    assert (run["status"], run["executed"], run["cached"]) == ("COMPLETE", 9, 0)
+
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.mysql.host, connection.mysql.port = "127.0.0.1", mariadb
+    connection.mysql.database, connection.mysql.user = "mlmd_test", "root"
+    store = run_summary.open_store(connection)
+    [states] = run_summary.node_states_by_run(store).values()
+    assert sorted(states) == sorted(COMPONENTS)
+    assert len(store.get_artifacts_by_type("PushedModel")) == 1
