@@ -319,8 +319,23 @@ def lineage(db: Store, artifact_id: int) -> dict:
     return {"upstream": upstream(root, frozenset()), "downstream": downstream(root, frozenset())}
 
 
+def run_metrics(db: Store, executions_by_component: dict) -> dict[str, float]:
+    """Overall eval metrics of the model evaluation a run produced (or reused from the cache)."""
+    from pipeline import run_summary
+
+    evaluator = executions_by_component.get("Evaluator")
+    if evaluator is None:
+        return {}
+    for artifact_id in evaluator["outputs"]:
+        artifact = db.artifact(artifact_id)
+        if db.artifact_types.get(artifact.type_id) == "ModelEvaluation":
+            return {k: round(v, 6) for k, v in run_summary.overall_metrics(artifact.uri).items()}
+    return {}
+
+
 def diff_runs(db: Store, run_a, run_b) -> list[dict]:
-    """Per component: state, execution properties, input/output artifact URIs that differ."""
+    """What differs between two runs: eval metrics, and per component the state, execution
+    properties (parameters, user code module paths, custom config) and input/output artifacts."""
 
     def by_component(run):
         result = {}
@@ -332,6 +347,17 @@ def diff_runs(db: Store, run_a, run_b) -> list[dict]:
 
     a, b = by_component(run_a), by_component(run_b)
     changes = []
+    metrics_a, metrics_b = run_metrics(db, a), run_metrics(db, b)
+    for name in sorted(set(metrics_a) | set(metrics_b)):
+        if metrics_a.get(name) != metrics_b.get(name):
+            changes.append(
+                {
+                    "component": "Evaluator",
+                    "change": f"metric {name}",
+                    "a": metrics_a.get(name),
+                    "b": metrics_b.get(name),
+                }
+            )
     for component in sorted(set(a) | set(b)):
         left, right = a.get(component), b.get(component)
         if left is None or right is None:

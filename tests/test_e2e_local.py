@@ -235,6 +235,8 @@ def test_inspect_artifacts_lineage_and_diff(penguin_runs):
     states = {c["component"]: (c["a"], c["b"]) for c in changes if c["change"] == "state"}
     assert states["Trainer"] == ("COMPLETE", "CACHED")
     assert "baseline_model_resolver" not in states
+    # The rerun reused the same evaluation: no metric differs.
+    assert not [c for c in changes if c["change"].startswith("metric ")]
 
 
 CHROMIUM_FLAGS = [
