@@ -85,19 +85,22 @@ def lineage_svg(executions: list[dict], db: inspect_mlmd.Store) -> str:
     return "".join(parts)
 
 
-def _read_proto(path: str, proto):
-    with open(path, "rb") as handle:
-        proto.ParseFromString(handle.read())
-    return proto
+def _split_protos(uri: str, file_name: str, proto_class):
+    """(split name, parsed proto) for each Split-<name>/<file_name> under an artifact URI."""
+    for split_dir in sorted(os.listdir(uri)) if os.path.isdir(uri) else []:
+        path = os.path.join(uri, split_dir, file_name)
+        if os.path.exists(path):
+            proto = proto_class()
+            with open(path, "rb") as handle:
+                proto.ParseFromString(handle.read())
+            yield split_dir.replace("Split-", ""), proto
 
 
 def statistics_rows(uri: str) -> list[dict]:
     rows = []
-    for split_dir in sorted(os.listdir(uri)) if os.path.isdir(uri) else []:
-        path = os.path.join(uri, split_dir, "FeatureStats.pb")
-        if not os.path.exists(path):
-            continue
-        stats = _read_proto(path, statistics_pb2.DatasetFeatureStatisticsList())
+    for split, stats in _split_protos(
+        uri, "FeatureStats.pb", statistics_pb2.DatasetFeatureStatisticsList
+    ):
         for dataset in stats.datasets:
             for feature in dataset.features:
                 name = ".".join(feature.path.step) or feature.name
@@ -114,7 +117,7 @@ def statistics_rows(uri: str) -> list[dict]:
                     detail = f"{feature.string_stats.unique} unique"
                 rows.append(
                     {
-                        "split": split_dir.replace("Split-", ""),
+                        "split": split,
                         "examples": dataset.num_examples,
                         "feature": name,
                         "type": statistics_pb2.FeatureNameStatistics.Type.Name(feature.type),
@@ -127,16 +130,10 @@ def statistics_rows(uri: str) -> list[dict]:
 
 def anomaly_rows(uri: str) -> list[str]:
     lines = []
-    for split_dir in sorted(os.listdir(uri)) if os.path.isdir(uri) else []:
-        path = os.path.join(uri, split_dir, "SchemaDiff.pb")
-        if not os.path.exists(path):
-            continue
-        anomalies = _read_proto(path, anomalies_pb2.Anomalies())
+    for split, anomalies in _split_protos(uri, "SchemaDiff.pb", anomalies_pb2.Anomalies):
         for feature, info in sorted(anomalies.anomaly_info.items()):
             kinds = ", ".join(anomalies_pb2.AnomalyInfo.Type.Name(r.type) for r in info.reason)
-            lines.append(
-                f"{split_dir.replace('Split-', '')}: {feature}: {kinds}: {info.description}"
-            )
+            lines.append(f"{split}: {feature}: {kinds}: {info.description}")
     return lines
 
 
