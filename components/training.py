@@ -268,12 +268,14 @@ def train(task: TrainTask) -> dict:
     # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
     timer = None if is_ps else SteadyStateTimer(global_batch)
     callbacks = [progress] + ([timer] if timer else [])
-    if isinstance(
+    if not task.runs_in_process() and isinstance(
         strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
     ):
         # BackupAndRestore: a restarted worker resumes from the last backup, not from step 0.
-        # (tf-keras supports it for these strategies only; parameter-server training tolerates
-        # worker failures by itself, and one_device has no cluster to restart.)
+        # Only the cluster launcher restarts tasks within one Trainer execution (same backup
+        # directory); in the Trainer's own process a backup could never be resumed. (tf-keras
+        # supports it for these strategies only; parameter-server training tolerates worker
+        # failures by itself.)
         callbacks.append(
             keras.callbacks.BackupAndRestore(
                 task.backup_dir,
