@@ -100,7 +100,7 @@ class TrainTask:
 
 
 class EpochProgress(keras.callbacks.Callback):
-    """At most ~20 progress lines per run: epoch, metrics, elapsed time; and where it started
+    """At most ~10 progress lines per run: epoch, metrics, elapsed time; and where it started
     (a run resumed by BackupAndRestore starts after epoch 0)."""
 
     def __init__(self, epochs: int, chief: bool = True):
@@ -108,7 +108,7 @@ class EpochProgress(keras.callbacks.Callback):
         self._epochs = epochs
         # Other workers report the same numbers; their lines go to the log file only.
         self._log = progress_log if chief else std_logging.getLogger("tfx_scaleout.training")
-        self._every = max(1, epochs // 20)
+        self._every = max(1, epochs // 10)
         self._started = time.monotonic()
         self.first_epoch: int | None = None
 
