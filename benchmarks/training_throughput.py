@@ -43,12 +43,12 @@ def transformed_data(work_dir: str) -> tuple[str, str]:
         cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL,
     )
-    from pipeline import run_summary
+    from pipeline import inspect_mlmd
 
-    store = run_summary.open_store(os.path.join(work_dir, "penguins-pipeline", "metadata.sqlite"))
+    store = inspect_mlmd.open_store(os.path.join(work_dir, "penguins-pipeline", "metadata.sqlite"))
     context = store.get_context_by_type_and_name("node", "penguins-pipeline.Transform")
     latest = max(store.get_executions_by_context(context.id), key=lambda e: e.id)
-    outputs = run_summary.output_artifacts(store, latest.id)
+    outputs = inspect_mlmd.Store(store).outputs_by_type(latest.id)
     return outputs["Examples"][0].uri, outputs["TransformGraph"][0].uri
 
 

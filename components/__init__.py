@@ -8,3 +8,7 @@ before the pipeline package is imported, so Keras 2 is selected here too (see pi
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+# Logger whose records the local runner prints as progress lines (pipeline/progress.py);
+# training tasks in other processes prefix them with this name so the launcher can relay them.
+PROGRESS_LOGGER = "tfx_scaleout.progress"

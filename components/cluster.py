@@ -27,11 +27,11 @@ import threading
 import time
 from typing import Protocol
 
-from components import strategies
+from components import PROGRESS_LOGGER, strategies
 
 log = std_logging.getLogger("tfx_scaleout.cluster")
-progress_log = std_logging.getLogger("tfx_scaleout.progress")
-PROGRESS_PREFIX = "tfx_scaleout.progress: "
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
+PROGRESS_PREFIX = f"{PROGRESS_LOGGER}: "
 
 
 class ClusterError(RuntimeError):

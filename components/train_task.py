@@ -14,8 +14,7 @@ import logging
 import os
 import sys
 
-import components  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
-from components.cluster import PROGRESS_PREFIX
+from components import PROGRESS_LOGGER  # importing components selects Keras 2 first
 
 
 def _configure_logging() -> None:
@@ -25,8 +24,7 @@ def _configure_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    progress = logging.getLogger(PROGRESS_PREFIX.split(":")[0])
-    progress.setLevel(logging.INFO)
+    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
 
 
 def run_server(cluster: dict, task_type: str, index: int, num_workers: int) -> None:

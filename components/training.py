@@ -21,11 +21,11 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from absl import logging
 
-from components import model, strategies
+from components import PROGRESS_LOGGER, model, strategies
 
 keras = tf.keras
 # The local runner prints records of this logger as progress lines (pipeline/progress.py).
-progress_log = std_logging.getLogger("tfx_scaleout.progress")
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
 
 SHARD_POLICIES = ("auto", "file", "data")
 # Transformed training shards up to this size (compressed) are cached in memory after the first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from components import features
 from pipeline.config import DatasetConfig
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,7 +30,7 @@ def penguins() -> DatasetConfig:
         data_root=penguins_data_root(),
         # The package also ships penguins-raw.csv (other columns); read only the standard file.
         file_pattern="penguins.csv",
-        label_key="species",
+        label_key=features.PENGUINS_LABEL_KEY,
         schema_path=curated_schema_path(PENGUINS),
     )
 

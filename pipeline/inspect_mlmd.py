@@ -78,6 +78,13 @@ def find_sqlite(output_root: str, pipeline_name: str | None) -> str:
     return stores[0]
 
 
+def open_store(source) -> metadata_store.MetadataStore:
+    """source: a SQLite file path (opened read-only) or an ml-metadata ConnectionConfig."""
+    if isinstance(source, metadata_store_pb2.ConnectionConfig):
+        return connect(source)
+    return connect(sqlite_config(source))
+
+
 def connect(config: metadata_store_pb2.ConnectionConfig) -> metadata_store.MetadataStore:
     try:
         store = metadata_store.MetadataStore(config)
@@ -99,7 +106,8 @@ def _time(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="seconds")
 
 
-def _value(value: metadata_store_pb2.Value):
+def property_value(value: metadata_store_pb2.Value):
+    """The Python value of an MLMD property (struct -> dict, proto -> text)."""
     kind = value.WhichOneof("value")
     if kind == "struct_value":
         from google.protobuf import json_format
@@ -110,10 +118,17 @@ def _value(value: metadata_store_pb2.Value):
     return getattr(value, kind) if kind else None
 
 
+def custom_value(node, key: str):
+    """One custom property of an artifact or execution, None when it is not set."""
+    if key not in node.custom_properties:
+        return None
+    return property_value(node.custom_properties[key])
+
+
 def _properties(node) -> dict:
-    values = {k: _value(v) for k, v in node.properties.items()}
+    values = {k: property_value(v) for k, v in node.properties.items()}
     values.update(
-        {k: _value(v) for k, v in node.custom_properties.items() if not k.startswith("__")}
+        {k: property_value(v) for k, v in node.custom_properties.items() if not k.startswith("__")}
     )
     return values
 
@@ -155,6 +170,24 @@ class Store:
 
     def executions(self, run) -> list:
         return sorted(self.store.get_executions_by_context(run.id), key=lambda e: e.id)
+
+    def node_states_by_run(self) -> dict[str, dict[str, str]]:
+        """{pipeline run id: {node id: execution state (COMPLETE, CACHED, FAILED, ...)}}, oldest
+        run first."""
+        return {
+            run.name: {
+                self.node_of(e): State.Name(e.last_known_state) for e in self.executions(run)
+            }
+            for run in self.runs()
+        }
+
+    def outputs_by_type(self, execution_id: int) -> dict[str, list]:
+        """Artifacts an execution produced (or, cached, reused), by artifact type name."""
+        _, ids = self.events(execution_id)
+        by_type: dict[str, list] = {}
+        for artifact in self.store.get_artifacts_by_id(ids) if ids else []:
+            by_type.setdefault(self.artifact_types.get(artifact.type_id, "?"), []).append(artifact)
+        return by_type
 
     def artifact(self, artifact_id: int):
         found = self.store.get_artifacts_by_id([artifact_id])
@@ -319,17 +352,33 @@ def lineage(db: Store, artifact_id: int) -> dict:
     return {"upstream": upstream(root, frozenset()), "downstream": downstream(root, frozenset())}
 
 
+def overall_metrics(evaluation_uri: str) -> dict[str, float]:
+    """Metrics of the overall slice from an Evaluator output directory."""
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(evaluation_uri)
+    for slice_key, metrics in result.slicing_metrics:
+        if slice_key == ():
+            values = metrics.get("", {}).get("", {})
+            out = {}
+            for name, value in values.items():
+                if "doubleValue" in value:
+                    out[name] = float(value["doubleValue"])
+                elif "boundedValue" in value:
+                    out[name] = float(value["boundedValue"]["value"])
+            return out
+    return {}
+
+
 def run_metrics(db: Store, executions_by_component: dict) -> dict[str, float]:
     """Overall eval metrics of the model evaluation a run produced (or reused from the cache)."""
-    from pipeline import run_summary
-
     evaluator = executions_by_component.get("Evaluator")
     if evaluator is None:
         return {}
     for artifact_id in evaluator["outputs"]:
         artifact = db.artifact(artifact_id)
         if db.artifact_types.get(artifact.type_id) == "ModelEvaluation":
-            return {k: round(v, 6) for k, v in run_summary.overall_metrics(artifact.uri).items()}
+            return {k: round(v, 6) for k, v in overall_metrics(artifact.uri).items()}
     return {}
 
 

@@ -151,8 +151,6 @@ def _table(rows: list[dict], columns: list[str]) -> str:
 
 
 def build_report(db: inspect_mlmd.Store, run) -> str:
-    from pipeline import run_summary
-
     summary = next(r for r in inspect_mlmd.describe_runs(db) if r["run"] == run.name)
     executions = inspect_mlmd.describe_executions(db, run)
     artifacts = inspect_mlmd.describe_artifacts(db, run, None)
@@ -171,7 +169,7 @@ def build_report(db: inspect_mlmd.Store, run) -> str:
     anomalies = [line for a in by_type["ExampleAnomalies"] for line in anomaly_rows(a["uri"])]
     metrics, blessed = {}, None
     for evaluation in by_type["ModelEvaluation"]:
-        metrics = run_summary.overall_metrics(evaluation["uri"])
+        metrics = inspect_mlmd.overall_metrics(evaluation["uri"])
     for blessing in by_type["ModelBlessing"]:
         blessed = blessing["properties"].get("blessed") == 1
     pushed = [

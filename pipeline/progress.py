@@ -12,13 +12,15 @@ import sys
 import time
 from typing import TextIO
 
+from components import PROGRESS_LOGGER
+
 _RUNNING = "Component %s is running."
 _FINISHED = "Component %s is finished."
 _CACHED = "A cached execution %d is used."
 _NEW_EXECUTION = "Going to run a new execution %d"
 _FAILED = "Execution %d failed."
-# Components report their own progress (e.g. Trainer epochs) on this logger; see components.
-COMPONENT_PROGRESS_LOGGER = "tfx_scaleout.progress"
+# Components report their own progress (e.g. Trainer epochs) on this logger.
+COMPONENT_PROGRESS_LOGGER = PROGRESS_LOGGER
 
 
 class ComponentProgress(logging.Handler):

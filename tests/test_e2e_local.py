@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from components import features
-from pipeline import run_summary
+from pipeline import inspect_mlmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -62,8 +62,8 @@ def penguin_runs(tmp_path_factory):
 
 
 def test_every_component_executed_then_rerun_is_fully_cached(penguin_runs):
-    store = run_summary.open_store(penguin_runs["metadata"])
-    runs = list(run_summary.node_states_by_run(store).values())
+    store = inspect_mlmd.open_store(penguin_runs["metadata"])
+    runs = list(inspect_mlmd.Store(store).node_states_by_run().values())
     assert len(runs) == 2
     first, second = runs
     assert sorted(first) == sorted(COMPONENTS)
@@ -88,18 +88,18 @@ def test_progress_lines_and_summary(penguin_runs):
 
 
 def test_model_blessed_and_pushed(penguin_runs):
-    store = run_summary.open_store(penguin_runs["metadata"])
+    store = inspect_mlmd.open_store(penguin_runs["metadata"])
     blessings = store.get_artifacts_by_type("ModelBlessing")
     assert len(blessings) == 1
-    assert run_summary.custom_value(blessings[0], "blessed") == 1
+    assert inspect_mlmd.custom_value(blessings[0], "blessed") == 1
     pushed = store.get_artifacts_by_type("PushedModel")
-    assert len(pushed) == 1 and run_summary.custom_value(pushed[0], "pushed") == 1
+    assert len(pushed) == 1 and inspect_mlmd.custom_value(pushed[0], "pushed") == 1
     versions = os.listdir(penguin_runs["serving"])
     assert len(versions) == 1 and versions[0].isdigit()  # one versioned SavedModel
 
 
 def test_pushed_model_predicts_raw_held_out_rows(penguin_runs):
-    store = run_summary.open_store(penguin_runs["metadata"])
+    store = inspect_mlmd.open_store(penguin_runs["metadata"])
     [examples] = store.get_artifacts_by_type("Examples")[:1]
     eval_files = glob.glob(os.path.join(examples.uri, "Split-eval", "*.gz"))
     records = [r.numpy() for r in tf.data.TFRecordDataset(eval_files, compression_type="GZIP")]
@@ -167,8 +167,8 @@ def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):
     assert "error: ExampleValidator failed" in result.stderr
     assert "feature 'species': ENUM_TYPE_UNEXPECTED_STRING_VALUES" in result.stderr
     assert "Transform started" not in result.stdout
-    store = run_summary.open_store(str(tmp_path / "out" / "drifted-pipeline" / "metadata.sqlite"))
-    [states] = run_summary.node_states_by_run(store).values()
+    store = inspect_mlmd.open_store(str(tmp_path / "out" / "drifted-pipeline" / "metadata.sqlite"))
+    [states] = inspect_mlmd.Store(store).node_states_by_run().values()
     assert states["ExampleValidator"] == "FAILED"
     assert "Transform" not in states
 
@@ -179,8 +179,6 @@ def inspect(penguin_runs, *args):
     import io
     import json
 
-    from pipeline import inspect_mlmd
-
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = inspect_mlmd.main(["--metadata", penguin_runs["metadata"], "--json", *args])
@@ -189,7 +187,7 @@ def inspect(penguin_runs, *args):
 
 
 def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
-    store = run_summary.open_store(penguin_runs["metadata"])
+    store = inspect_mlmd.open_store(penguin_runs["metadata"])
     runs = inspect(penguin_runs, "runs")
     raw_runs = sorted(store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
     assert [r["run"] for r in runs] == [c.name for c in raw_runs]
@@ -370,8 +368,6 @@ def test_pipeline_on_mysql_metadata(mariadb, tmp_path):
 
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipeline import inspect_mlmd
-
     flags = [
         "--mysql_host",
         "127.0.0.1",
@@ -394,7 +390,7 @@ def test_pipeline_on_mysql_metadata(mariadb, tmp_path):
     connection = metadata_store_pb2.ConnectionConfig()
     connection.mysql.host, connection.mysql.port = "127.0.0.1", mariadb
     connection.mysql.database, connection.mysql.user = "mlmd_test", "root"
-    store = run_summary.open_store(connection)
-    [states] = run_summary.node_states_by_run(store).values()
+    store = inspect_mlmd.open_store(connection)
+    [states] = inspect_mlmd.Store(store).node_states_by_run().values()
     assert sorted(states) == sorted(COMPONENTS)
     assert len(store.get_artifacts_by_type("PushedModel")) == 1

@@ -17,21 +17,16 @@ from tfx.types.component_spec import ExecutionParameter
 
 from components.example_gen import executor
 
-NUM_SHARDS_KEY = "num_shards"
-NULL_VALUES_KEY = "null_values"
-COLUMN_TYPES_KEY = "column_types"
-MAX_REJECTED_FRACTION_KEY = "max_rejected_fraction"
-
 
 class ShardedCsvExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
     PARAMETERS = {
         **standard_component_specs.FileBasedExampleGenSpec.PARAMETERS,
-        NUM_SHARDS_KEY: ExecutionParameter(type=int),
+        executor.NUM_SHARDS_KEY: ExecutionParameter(type=int),
         # JSON list of strings read as missing values.
-        NULL_VALUES_KEY: ExecutionParameter(type=str),
+        executor.NULL_VALUES_KEY: ExecutionParameter(type=str),
         # JSON object {column: "int"|"float"|"string"}; "{}" infers types over all files.
-        COLUMN_TYPES_KEY: ExecutionParameter(type=str),
-        MAX_REJECTED_FRACTION_KEY: ExecutionParameter(type=float),
+        executor.COLUMN_TYPES_KEY: ExecutionParameter(type=str),
+        executor.MAX_REJECTED_FRACTION_KEY: ExecutionParameter(type=float),
     }
 
 

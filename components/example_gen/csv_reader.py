@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 INT, FLOAT, STRING = "int", "float", "string"
-COLUMN_TYPES = (INT, FLOAT, STRING)
 # tf.Example value types: int64_list, float_list, bytes_list.
 _ARROW_VALUE_TYPES = {INT: pa.int64(), FLOAT: pa.float32(), STRING: pa.large_binary()}
 # Promotion order when files (or rows) disagree: int < float < string.

@@ -36,6 +36,11 @@ DEFAULT_NULL_VALUES = ("", "NA", "NaN", "nan", "null", "NULL")
 REJECTED_DIR = "rejected_rows"
 OUTPUT_FILE_PREFIX = "data_tfrecord"
 MAX_REJECTS_IN_MESSAGE = 20
+# Execution parameters beyond FileBasedExampleGenSpec's (see component.ShardedCsvExampleGenSpec).
+NUM_SHARDS_KEY = "num_shards"
+NULL_VALUES_KEY = "null_values"
+COLUMN_TYPES_KEY = "column_types"
+MAX_REJECTED_FRACTION_KEY = "max_rejected_fraction"
 
 
 class TooManyRejectedRowsError(ValueError):
@@ -173,12 +178,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         proto_utils.json_to_proto(
             exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
         )
-        num_shards = int(exec_properties.get("num_shards", DEFAULT_NUM_SHARDS))
+        num_shards = int(exec_properties.get(NUM_SHARDS_KEY, DEFAULT_NUM_SHARDS))
         null_values = tuple(
-            json.loads(exec_properties.get("null_values") or "null") or DEFAULT_NULL_VALUES
+            json.loads(exec_properties.get(NULL_VALUES_KEY) or "null") or DEFAULT_NULL_VALUES
         )
-        column_types = json.loads(exec_properties.get("column_types") or "{}") or None
-        max_rejected_fraction = float(exec_properties.get("max_rejected_fraction", 0.0))
+        column_types = json.loads(exec_properties.get(COLUMN_TYPES_KEY) or "{}") or None
+        max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY, 0.0))
         if len(input_config.splits) != 1 or not output_config.split_config.splits:
             raise ValueError(
                 "ShardedCsvExampleGen reads one input pattern and splits it by hash buckets; "
@@ -276,7 +281,11 @@ def read_rejected_rows(uri: str) -> list[csv_reader.RejectedRow]:
 def _rejection_message(uri: str, read: int, rejected: int, max_fraction: float) -> str:
     rows = sorted(read_rejected_rows(uri), key=lambda r: (r.file, r.line))
     listing = "\n".join(f"  {row}" for row in rows[:MAX_REJECTS_IN_MESSAGE])
-    more = f"\n  ... and {len(rows) - MAX_REJECTS_IN_MESSAGE} more" if len(rows) > 20 else ""
+    more = (
+        f"\n  ... and {len(rows) - MAX_REJECTS_IN_MESSAGE} more"
+        if len(rows) > MAX_REJECTS_IN_MESSAGE
+        else ""
+    )
     return (
         f"{rejected} of {read} CSV row(s) rejected (allowed fraction {max_fraction}); "
         f"all are listed in {uri}:\n{listing}{more}"

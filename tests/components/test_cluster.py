@@ -9,7 +9,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from components import cluster, training
+from components import PROGRESS_LOGGER, cluster, training
 
 
 def test_multi_worker_mirrored_tasks_and_tf_config():
@@ -96,7 +96,7 @@ def test_launcher_relays_progress_and_succeeds(caplog):
         launcher.run_command(
             cluster.ClusterSpec("multi_worker_mirrored", workers=2), python_task(code)
         )
-    progress = [r.getMessage() for r in caplog.records if r.name == "tfx_scaleout.progress"]
+    progress = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
     assert sorted(progress) == ["[worker-0] hello from worker0", "[worker-1] hello from worker1"]
     assert launcher.attempts == 1
 
