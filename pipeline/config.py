@@ -11,6 +11,8 @@ import dataclasses
 import os
 
 BEAM_MODES = ("in_memory", "multi_processing")
+BEAM_RUNNERS = ("direct", "flink", "spark", "dataflow")
+PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 SHARD_POLICIES = ("auto", "file", "data")
 MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")
@@ -40,22 +42,159 @@ class DatasetConfig:
 
 @dataclasses.dataclass(frozen=True)
 class BeamConfig:
-    """How the Beam-based components (ExampleGen, StatisticsGen, Transform, Evaluator) run."""
+    """How the Beam-based components (ExampleGen, StatisticsGen, Transform, Evaluator) run.
 
+    runner: direct (this machine: in_memory or multi_processing), flink or spark (portable
+    runners: a job server runs the pipeline on the cluster, the SDK harness in a container of the
+    project's image), dataflow (Google Cloud Dataflow, workers in the project's image).
+    """
+
+    runner: str = "direct"
     mode: str = "in_memory"
     num_workers: int = 1
     extra_args: tuple[str, ...] = ()
+    # Flink / Spark: the cluster's master (host:port; Spark: spark://host:port), or the
+    # endpoint of an already running Beam job server (then the master is the job server's).
+    flink_master: str = ""
+    spark_master_url: str = ""
+    job_endpoint: str = ""
+    # Where the portable runner starts the Python SDK harness: DOCKER (environment_config or
+    # sdk_container_image is the image), EXTERNAL (environment_config is a worker pool's
+    # host:port, e.g. a sidecar of the task manager), PROCESS, LOOPBACK (tests).
+    environment_type: str = "DOCKER"
+    environment_config: str = ""
+    # Flink only (Spark takes spark.default.parallelism from the cluster); 0: the cluster's.
+    parallelism: int = 0
+    # Dataflow.
+    project: str = ""
+    region: str = ""
+    temp_location: str = ""
+    max_num_workers: int = 0
+    # The project's image (pinned stack + this project installed): Dataflow's workers, and the
+    # DOCKER environment of Flink / Spark when environment_config is empty.
+    sdk_container_image: str = ""
 
     def pipeline_args(self) -> list[str]:
-        args = ["--runner=DirectRunner"]
-        if self.mode == "multi_processing":
-            args += [
+        if self.runner == "flink":
+            args = ["--runner=FlinkRunner"]
+            if self.flink_master:
+                args.append(f"--flink_master={self.flink_master}")
+            if self.parallelism:
+                args.append(f"--parallelism={self.parallelism}")
+            args += self._portable_args()
+        elif self.runner == "spark":
+            args = ["--runner=SparkRunner"]
+            if self.spark_master_url:
+                args.append(f"--spark_master_url={self.spark_master_url}")
+            args += self._portable_args()
+        elif self.runner == "dataflow":
+            args = [
+                "--runner=DataflowRunner",
+                f"--project={self.project}",
+                f"--region={self.region}",
+                f"--temp_location={self.temp_location}",
+                f"--sdk_container_image={self.sdk_container_image}",
+            ]
+            if self.max_num_workers:
+                args.append(f"--max_num_workers={self.max_num_workers}")
+        elif self.mode == "multi_processing":
+            args = [
+                "--runner=DirectRunner",
                 "--direct_running_mode=multi_processing",
                 f"--direct_num_workers={self.num_workers}",
             ]
         else:
-            args += ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+            args = [
+                "--runner=DirectRunner",
+                "--direct_running_mode=in_memory",
+                "--direct_num_workers=1",
+            ]
         return args + list(self.extra_args)
+
+    def _portable_args(self) -> list[str]:
+        args = []
+        if self.job_endpoint:
+            args.append(f"--job_endpoint={self.job_endpoint}")
+        args.append(f"--environment_type={self.environment_type}")
+        environment_config = self.environment_config
+        if not environment_config and self.environment_type == "DOCKER":
+            environment_config = self.sdk_container_image
+        if environment_config:
+            args.append(f"--environment_config={environment_config}")
+        return args
+
+    def describe(self) -> str:
+        if self.runner == "direct":
+            return f"{self.mode} ({self.num_workers} worker(s))"
+        where = {
+            "flink": self.job_endpoint or self.flink_master,
+            "spark": self.job_endpoint or self.spark_master_url,
+            "dataflow": f"{self.project}/{self.region}",
+        }[self.runner]
+        return f"{self.runner} runner at {where}"
+
+    def validate(self) -> None:
+        _require(
+            self.runner in BEAM_RUNNERS,
+            "beam.runner",
+            f"must be one of {BEAM_RUNNERS}, got {self.runner!r}",
+        )
+        _require(
+            self.mode in BEAM_MODES,
+            "beam.mode",
+            f"must be one of {BEAM_MODES}, got {self.mode!r}",
+        )
+        _require(self.num_workers >= 1, "beam.num_workers", "must be >= 1")
+        _require(self.parallelism >= 0, "beam.parallelism", f"must be >= 0, got {self.parallelism}")
+        _require(
+            self.max_num_workers >= 0,
+            "beam.max_num_workers",
+            f"must be >= 0, got {self.max_num_workers}",
+        )
+        if self.runner in ("flink", "spark"):
+            master = "flink_master" if self.runner == "flink" else "spark_master_url"
+            _require(
+                bool(getattr(self, master) or self.job_endpoint),
+                f"beam.{master}",
+                f"or beam.job_endpoint must be set for the {self.runner} runner",
+            )
+            _require(
+                self.environment_type in PORTABLE_ENVIRONMENTS,
+                "beam.environment_type",
+                f"must be one of {PORTABLE_ENVIRONMENTS}, got {self.environment_type!r}",
+            )
+            if self.environment_type == "DOCKER":
+                _require(
+                    bool(self.environment_config or self.sdk_container_image),
+                    "beam.sdk_container_image",
+                    "(or beam.environment_config) must name the project's image for the DOCKER "
+                    "environment: the SDK harness imports this project's code",
+                )
+            if self.environment_type == "EXTERNAL":
+                _require(
+                    bool(self.environment_config),
+                    "beam.environment_config",
+                    "must be the worker pool's host:port for the EXTERNAL environment",
+                )
+        if self.runner == "spark":
+            _require(
+                self.parallelism == 0,
+                "beam.parallelism",
+                "is a Flink option; Spark takes spark.default.parallelism from the cluster",
+            )
+        if self.runner == "dataflow":
+            for name in ("project", "region", "temp_location"):
+                _require(bool(getattr(self, name)), f"beam.{name}", "must be set for dataflow")
+            _require(
+                self.temp_location.startswith("gs://"),
+                "beam.temp_location",
+                f"must be a gs:// URI for dataflow, got {self.temp_location!r}",
+            )
+            _require(
+                bool(self.sdk_container_image),
+                "beam.sdk_container_image",
+                "must be set for dataflow: the workers import this project's code from its image",
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,12 +327,7 @@ class PipelineConfig:
             "accuracy_threshold",
             f"must be in [0, 1], got {self.accuracy_threshold}",
         )
-        _require(
-            self.beam.mode in BEAM_MODES,
-            "beam.mode",
-            f"must be one of {BEAM_MODES}, got {self.beam.mode!r}",
-        )
-        _require(self.beam.num_workers >= 1, "beam.num_workers", "must be >= 1")
+        self.beam.validate()
         training = self.training
         _require(
             training.strategy in STRATEGIES,

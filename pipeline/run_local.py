@@ -28,8 +28,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # google-api-core warns about Python 3.10 on import; TFX 1.16 requires 3.10.
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
+from pipeline import beam_runners, datasets, preflight  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import datasets, preflight  # noqa: E402
 
 # Inputs smaller than this run Beam in-process; larger ones use one worker process per core.
 IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
@@ -95,6 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)",
     )
+    beam_runners.add_flags(parser)
     parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default=training.strategy)
     parser.add_argument(
         "--workers",
@@ -211,7 +212,10 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
             xla=args.xla,
             cpu_devices=args.cpu_devices,
         ),
-        beam=choose_beam(args.beam_mode, args.beam_workers, facts["total_bytes"], args.beam_arg),
+        beam=beam_runners.beam_config(
+            args,
+            choose_beam(args.beam_mode, args.beam_workers, facts["total_bytes"], args.beam_arg),
+        ),
         train_fraction=args.train_fraction,
         example_shards=args.example_shards,
         transform_shards=args.transform_shards,
@@ -319,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write(
         f"Pipeline {config.pipeline_name}: {len(facts['files'])} CSV file(s), "
         f"{facts['total_bytes'] / 1e6:.1f} MB from {config.dataset.data_root}\n"
-        f"  Beam {config.beam.mode} ({config.beam.num_workers} worker(s)); "
+        f"  Beam {config.beam.describe()}; "
         f"strategy {describe_training(config.training)}; log: {log_path}\n"
     )
     out.flush()
