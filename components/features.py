@@ -10,8 +10,22 @@ from __future__ import annotations
 # palmerpenguins, the embedded default dataset.
 PENGUINS_LABEL_KEY = "species"
 
+# Image classification: the features the image ExampleGen writes per file. The label is the class
+# name (the sub-folder); label_id is its index in the sorted folder names.
+IMAGE_KEY = "image"
+IMAGE_LABEL_KEY = "class_name"
+IMAGE_LABEL_ID_KEY = "label"
+IMAGE_PATH_KEY = "path"
+IMAGE_HEIGHT_KEY = "height"
+IMAGE_WIDTH_KEY = "width"
+
 # Configuration keys the pipeline passes to preprocessing_fn and run_fn (custom_config).
 LABEL_KEY_CONFIG = "label_key"
+# Images: side of the square the transform graph resizes to, and the model architecture.
+IMAGE_SIZE_CONFIG = "image_size"
+IMAGE_MODEL_CONFIG = "image_model"
+# Image architectures the Trainer builds (components.model.build_image_model).
+IMAGE_MODELS = ("small_cnn", "mobilenet_v2")
 
 LABEL_VOCABULARY = "label_vocabulary"
 # Token that stands for a missing string value in the vocabularies.
@@ -24,6 +38,8 @@ TRANSFORM_SIGNATURE = "transform_features"
 PROBABILITIES = "probabilities"
 CLASS_IDS = "class_ids"
 CLASSES = "classes"
+# Second serving signature of image models: raw encoded image bytes (JPEG or PNG) in.
+IMAGE_SERVING_SIGNATURE = "serving_images"
 
 
 def transformed_name(key: str) -> str:

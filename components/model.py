@@ -93,14 +93,75 @@ def class_names(tf_transform_output: tft.TFTransformOutput) -> list[str]:
     ]
 
 
+def image_input_shape(tf_transform_output: tft.TFTransformOutput) -> list[int] | None:
+    """[size, size, channels] of the transformed image feature; None for tabular data."""
+    spec = tf_transform_output.transformed_feature_spec().get(
+        features.transformed_name(features.IMAGE_KEY)
+    )
+    return list(spec.shape) if spec is not None and len(spec.shape) == 3 else None
+
+
+def _compile(model: keras.Model, learning_rate: float, jit_compile: bool) -> keras.Model:
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=jit_compile,
+    )
+    return model
+
+
+def build_image_model(
+    tf_transform_output: tft.TFTransformOutput,
+    image_model: str = "small_cnn",
+    learning_rate: float = 0.001,
+    jit_compile: bool = False,
+) -> keras.Model:
+    """Classifier over the transformed [size, size, 3] image in [0, 1]; call inside
+    strategy.scope(). mobilenet_v2: Keras' MobileNetV2 (weights=None: nothing is downloaded)
+    at the transformed size; small_cnn: two conv blocks, fast enough for CPU runs."""
+    if image_model not in features.IMAGE_MODELS:
+        raise ValueError(
+            f"image_model must be one of {features.IMAGE_MODELS}, got {image_model!r}"
+        )
+    shape = image_input_shape(tf_transform_output)
+    name = features.transformed_name(features.IMAGE_KEY)
+    image = keras.Input(shape=shape, name=name, dtype=tf.float32)
+    if image_model == "mobilenet_v2":
+        backbone = keras.applications.MobileNetV2(
+            input_shape=tuple(shape), include_top=False, weights=None, pooling="avg"
+        )
+        # MobileNetV2 expects [-1, 1]; the transform graph gives [0, 1].
+        x = backbone(keras.layers.Rescaling(2.0, offset=-1.0)(image))
+    else:
+        x = image
+        for filters in (32, 64):
+            x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+            x = keras.layers.MaxPooling2D()(x)
+        x = keras.layers.Flatten()(x)
+        x = keras.layers.Dense(128, activation="relu")(x)
+        x = keras.layers.Dropout(0.2)(x)
+    num_classes = len(class_names(tf_transform_output))
+    outputs = keras.layers.Dense(
+        num_classes, activation="softmax", name=features.PROBABILITIES, dtype="float32"
+    )(x)
+    return _compile(
+        _StepsWithoutAutograph(inputs={name: image}, outputs=outputs), learning_rate, jit_compile
+    )
+
+
 def build_keras_model(
     tf_transform_output: tft.TFTransformOutput,
     label_key: str,
     hidden_units: Sequence[int] = (32, 16),
     learning_rate: float = 0.01,
     jit_compile: bool = False,
+    image_model: str = "small_cnn",
 ) -> keras.Model:
-    """Call inside strategy.scope(). jit_compile: XLA-compile the train step."""
+    """Call inside strategy.scope(). jit_compile: XLA-compile the train step. Image data (a
+    transformed image feature) gets build_image_model(image_model); tabular data an MLP."""
+    if image_input_shape(tf_transform_output) is not None:
+        return build_image_model(tf_transform_output, image_model, learning_rate, jit_compile)
     label_name = features.transformed_name(label_key)
     inputs, encoded = {}, []
     for name, spec in sorted(tf_transform_output.transformed_feature_spec().items()):
@@ -129,14 +190,9 @@ def build_keras_model(
     outputs = keras.layers.Dense(
         num_classes, activation="softmax", name=features.PROBABILITIES, dtype="float32"
     )(x)
-    model = _StepsWithoutAutograph(inputs=inputs, outputs=outputs)
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        jit_compile=jit_compile,
+    return _compile(
+        _StepsWithoutAutograph(inputs=inputs, outputs=outputs), learning_rate, jit_compile
     )
-    return model
 
 
 def export_serving_model(model, tf_transform_output, label_key: str, export_dir: str) -> None:
@@ -153,6 +209,9 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     module.tft_layer = tf_transform_output.transform_features_layer()
     raw_feature_spec = tf_transform_output.raw_feature_spec()
     serving_feature_spec = {k: v for k, v in raw_feature_spec.items() if k != label_key}
+    if image_input_shape(tf_transform_output) is not None:
+        # The model reads the image only (class id, path and size are bookkeeping features).
+        serving_feature_spec = {features.IMAGE_KEY: raw_feature_spec[features.IMAGE_KEY]}
     names = tf.constant(class_names(tf_transform_output))
     signature = [tf.TensorSpec(shape=[None], dtype=tf.string, name="examples")]
 
@@ -174,11 +233,45 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     def transform(serialized):
         return module.tft_layer(tf.io.parse_example(serialized, raw_feature_spec))
 
-    tf.saved_model.save(
-        module,
-        export_dir,
-        signatures={features.SERVING_SIGNATURE: serve, features.TRANSFORM_SIGNATURE: transform},
-    )
+    signatures = {features.SERVING_SIGNATURE: serve, features.TRANSFORM_SIGNATURE: transform}
+    if image_input_shape(tf_transform_output) is not None:
+        image_spec = raw_feature_spec[features.IMAGE_KEY]
+
+        # Raw encoded image files (JPEG or PNG bytes), one per element: the same transform graph
+        # (decode, resize, /255) and model as serving_default, without building tf.Examples.
+        @tf.function(
+            input_signature=[tf.TensorSpec(shape=[None], dtype=tf.string, name="images")],
+            autograph=False,
+        )
+        def serve_images(images):
+            transformed = module.tft_layer(
+                {features.IMAGE_KEY: _as_raw_feature(images, image_spec)}
+            )
+            probabilities = model(
+                {name: transformed[name] for name in model.input_names}, training=False
+            )
+            class_ids = tf.argmax(probabilities, axis=1)
+            return {
+                features.PROBABILITIES: probabilities,
+                features.CLASS_IDS: class_ids,
+                features.CLASSES: tf.gather(names, class_ids),
+            }
+
+        signatures[features.IMAGE_SERVING_SIGNATURE] = serve_images
+    tf.saved_model.save(module, export_dir, signatures=signatures)
+
+
+def _as_raw_feature(values: tf.Tensor, spec) -> tf.Tensor | tf.SparseTensor:
+    """[batch] values shaped as parse_example would give them for the raw feature spec."""
+    if isinstance(spec, tf.io.VarLenFeature):
+        batch = tf.shape(values, out_type=tf.int64)[0]
+        rows = tf.range(batch, dtype=tf.int64)
+        return tf.SparseTensor(
+            indices=tf.stack([rows, tf.zeros_like(rows)], axis=1),
+            values=values,
+            dense_shape=tf.stack([batch, tf.constant(1, tf.int64)]),
+        )
+    return tf.reshape(values, [-1, *spec.shape])
 
 
 def run_fn(fn_args) -> None:
@@ -212,13 +305,18 @@ def run_fn(fn_args) -> None:
         mixed_precision=config.get("mixed_precision") or None,
         xla=bool(config.get("xla", False)),
         cpu_devices=int(config.get("cpu_devices", 0)),
+        image_model=config.get(features.IMAGE_MODEL_CONFIG, "small_cnn"),
     )
     if task.runs_in_process():
         training.train(task)
         return
-    cluster.LocalProcessLauncher(max_restarts=int(config.get("max_restarts", 2))).run(
-        cluster.ClusterSpec.for_task(task), task
-    )
+    if config.get("launcher") == "tfjob":  # set by the Kubeflow compiler (kubeflow/compile.py)
+        from kubeflow import tfjob
+
+        launcher = tfjob.TFJobLauncher.from_custom_config(config)
+    else:
+        launcher = cluster.LocalProcessLauncher(max_restarts=int(config.get("max_restarts", 2)))
+    launcher.run(cluster.ClusterSpec.for_task(task), task)
 
 
 def _expand(patterns) -> list[str]:

@@ -61,6 +61,8 @@ class TrainTask:
     # >1: expose the CPU as this many logical devices (mirrored on CPU-only machines).
     cpu_devices: int = 0
     shuffle: bool = True
+    # Image data only: small_cnn or mobilenet_v2 (components.model.IMAGE_MODELS).
+    image_model: str = "small_cnn"
 
     @property
     def backup_dir(self) -> str:
@@ -263,6 +265,7 @@ def train(task: TrainTask) -> dict:
             hidden_units=task.hidden_units,
             learning_rate=task.learning_rate,
             jit_compile=task.xla,
+            image_model=task.image_model,
         )
     progress = EpochProgress(epochs, chief)
     # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.

@@ -1,6 +1,7 @@
 """create_pipeline(config): the whole TFX pipeline as a pure function of a PipelineConfig.
 
-  ShardedCsvExampleGen -> StatisticsGen -> ImportSchemaGen (curated) | SchemaGen (first use)
+  ShardedCsvExampleGen | ImageExampleGen -> StatisticsGen
+    -> ImportSchemaGen (curated) | SchemaGen (first use)
     -> ExampleValidator (fails on anomalies) -> Transform (sharded output) -> Trainer
     -> baseline resolver -> Evaluator (threshold + no regression) -> Pusher
 
@@ -31,11 +32,13 @@ from tfx.types import Channel, standard_artifacts
 
 from components import baseline, features
 from components.example_gen.component import ShardedCsvExampleGen
+from components.image_example_gen.component import ImageExampleGen
 from components.transform import executor as transform_executor
 from components.validation.executor import StrictExampleValidator
 from pipeline.config import PipelineConfig
 
 PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
+IMAGE_PREPROCESSING_FN = "components.image_preprocessing.preprocessing_fn"
 RUN_FN = "components.model.run_fn"
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
@@ -79,15 +82,23 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
 def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
     dataset = config.dataset
     train_buckets, eval_buckets = config.split_buckets
-    example_gen = ShardedCsvExampleGen(
-        input_base=dataset.data_root,
-        file_pattern=dataset.file_pattern,
-        split_buckets={TRAIN_SPLIT: train_buckets, EVAL_SPLIT: eval_buckets},
-        num_shards=config.example_shards,
-        null_values=dataset.null_values,
-        column_types=dict(dataset.column_types),
-        max_rejected_fraction=config.max_rejected_fraction,
-    ).with_id("CsvExampleGen")
+    if dataset.is_images:
+        example_gen = ImageExampleGen(
+            input_base=dataset.data_root,
+            split_buckets={TRAIN_SPLIT: train_buckets, EVAL_SPLIT: eval_buckets},
+            num_shards=config.example_shards,
+            max_rejected_fraction=config.max_rejected_fraction,
+        ).with_id("ImageExampleGen")
+    else:
+        example_gen = ShardedCsvExampleGen(
+            input_base=dataset.data_root,
+            file_pattern=dataset.file_pattern,
+            split_buckets={TRAIN_SPLIT: train_buckets, EVAL_SPLIT: eval_buckets},
+            num_shards=config.example_shards,
+            null_values=dataset.null_values,
+            column_types=dict(dataset.column_types),
+            max_rejected_fraction=config.max_rejected_fraction,
+        ).with_id("CsvExampleGen")
 
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
     if dataset.schema_path:
@@ -103,10 +114,11 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
     transform = ShardedTransform(
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
-        preprocessing_fn=PREPROCESSING_FN,
+        preprocessing_fn=IMAGE_PREPROCESSING_FN if dataset.is_images else PREPROCESSING_FN,
         custom_config={
             features.LABEL_KEY_CONFIG: dataset.label_key,
             transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
+            **({features.IMAGE_SIZE_CONFIG: dataset.image_size} if dataset.is_images else {}),
         },
         # Pre/post-transform statistics double Transform's time; StatisticsGen already
         # describes the raw data and ExampleValidator checks it.

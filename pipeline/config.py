@@ -10,12 +10,18 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from components import features
+
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "flink", "spark", "dataflow")
 PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 SHARD_POLICIES = ("auto", "file", "data")
 MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")
+DATASET_KINDS = ("csv", "images")
+IMAGE_MODELS = features.IMAGE_MODELS
+# MobileNetV2 needs at least 32x32 inputs.
+MIN_IMAGE_SIZE = 32
 
 
 class ConfigError(ValueError):
@@ -38,6 +44,14 @@ class DatasetConfig:
     null_values: tuple[str, ...] = ("", "NA", "NaN", "nan", "null", "NULL")
     # Column types taken from the curated schema ('int', 'float', 'string'); empty: inferred.
     column_types: tuple[tuple[str, str], ...] = ()
+    # "csv": CSV files under data_root; "images": one sub-folder of JPEG/PNG files per class.
+    kind: str = "csv"
+    # Images: side of the square the transform graph resizes every image to.
+    image_size: int = 32
+
+    @property
+    def is_images(self) -> bool:
+        return self.kind == "images"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +239,8 @@ class TrainingConfig:
     xla: bool = False
     # >1: train in a fresh process whose CPU is split into N logical devices (mirrored on CPU).
     cpu_devices: int = 0
+    # Image data: small_cnn (fast on CPU) or mobilenet_v2 (weights=None).
+    image_model: str = "small_cnn"
 
     def custom_config(self) -> dict:
         return {
@@ -237,6 +253,7 @@ class TrainingConfig:
             "mixed_precision": self.mixed_precision or "",
             "xla": self.xla,
             "cpu_devices": self.cpu_devices,
+            "image_model": self.image_model,
             "epochs": self.epochs,
             "per_replica_batch_size": self.per_replica_batch_size,
             "learning_rate": self.learning_rate,
@@ -392,6 +409,21 @@ class PipelineConfig:
         _require(training.max_restarts >= 0, "training.max_restarts", "must be >= 0")
         _require(training.cpu_devices >= 0, "training.cpu_devices", "must be >= 0")
         _require(bool(self.dataset.label_key), "dataset.label_key", "must not be empty")
+        _require(
+            self.dataset.kind in DATASET_KINDS,
+            "dataset.kind",
+            f"must be one of {DATASET_KINDS}, got {self.dataset.kind!r}",
+        )
+        _require(
+            self.dataset.image_size >= MIN_IMAGE_SIZE,
+            "dataset.image_size",
+            f"must be >= {MIN_IMAGE_SIZE}, got {self.dataset.image_size}",
+        )
+        _require(
+            training.image_model in IMAGE_MODELS,
+            "training.image_model",
+            f"must be one of {IMAGE_MODELS}, got {training.image_model!r}",
+        )
         return self
 
 
