@@ -104,4 +104,44 @@ def check_dataset(dataset: DatasetConfig) -> dict:
         "columns": columns,
         "total_bytes": sum(os.path.getsize(path) for path in files),
         "column_types": column_types,
+        "description": f"{len(files)} CSV file(s)",
+    }
+
+
+def check_images(dataset: DatasetConfig) -> dict:
+    """Image folders: at least two class sub-folders holding files. The files themselves are
+    validated (and rejected with reasons) by the image ExampleGen, in parallel."""
+    from components import features
+    from components.image_example_gen import reader
+
+    try:
+        classes = reader.list_class_names(dataset.data_root)
+    except (FileNotFoundError, ValueError) as error:
+        raise InputError(f"{error} (--images)") from None
+    files, empty = [], []
+    for name in classes:
+        in_class, _ = reader.list_class_files(dataset.data_root, name)
+        files += in_class
+        if not in_class:
+            empty.append(name)
+    if empty:
+        raise InputError(
+            f"class folder(s) {empty} under {dataset.data_root} hold no files (--images); "
+            "remove them or add images"
+        )
+    if dataset.schema_path:
+        schema = load_schema(dataset.schema_path)
+        names = {feature.name for feature in schema.feature}
+        needed = {features.IMAGE_KEY, dataset.label_key}
+        if not needed <= names:
+            raise InputError(
+                f"schema {dataset.schema_path} lacks the image feature(s) "
+                f"{sorted(needed - names)} (--schema)"
+            )
+    return {
+        "files": files,
+        "classes": classes,
+        "total_bytes": sum(os.path.getsize(path) for path in files),
+        "column_types": {},
+        "description": f"{len(files)} image file(s) in {len(classes)} class folder(s)",
     }

@@ -35,6 +35,8 @@ from pipeline import config as config_lib  # noqa: E402
 IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
+# Adam's usual rate for the convolutional models; the tabular MLP trains faster at 0.01.
+IMAGE_LEARNING_RATE = 0.001
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,7 +52,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="where pipeline outputs, MLMD and the serving model go",
     )
     parser.add_argument("--pipeline_name", default=None, help="default: <dataset>-pipeline")
+    parser.add_argument(
+        "--dataset",
+        choices=(datasets.PENGUINS, datasets.DIGITS),
+        default=datasets.PENGUINS,
+        help="embedded dataset: penguins (CSV) or digits (scikit-learn's handwritten digits, "
+        "written as JPEG files under <output_root>/data/digits)",
+    )
     parser.add_argument("--data", default=None, help="directory of CSV files (default: penguins)")
+    parser.add_argument(
+        "--images",
+        default=None,
+        help="directory of images, one sub-folder of JPEG/PNG files per class",
+    )
+    parser.add_argument(
+        "--image_size",
+        type=int,
+        default=datasets.DIGITS_IMAGE_SIZE,
+        help="images are resized to this square in the transform graph",
+    )
+    parser.add_argument(
+        "--image_model",
+        choices=config_lib.IMAGE_MODELS,
+        default=config_lib.TrainingConfig().image_model,
+        help="image classifier: small_cnn (fast on CPU) or mobilenet_v2 (weights=None)",
+    )
     parser.add_argument("--label", default=None, help="label column of --data (class names)")
     parser.add_argument(
         "--schema",
@@ -146,7 +172,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=training.per_replica_batch_size,
         help="per-replica batch size (global = this x replicas)",
     )
-    parser.add_argument("--learning_rate", type=float, default=training.learning_rate)
+    parser.add_argument(
+        "--learning_rate",
+        type=float,
+        default=None,
+        help=f"default: {training.learning_rate} (tabular), {IMAGE_LEARNING_RATE} (images)",
+    )
     parser.add_argument(
         "--accuracy_threshold",
         type=float,
@@ -165,6 +196,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.data is None) != (args.label is None):
         parser.error("--data and --label go together (the label column of your CSV files)")
+    if args.images is not None and args.data is not None:
+        parser.error("--images and --data are exclusive (image folders or CSV files)")
+    if args.dataset != datasets.PENGUINS and (args.images or args.data):
+        parser.error(f"--dataset {args.dataset} is an embedded dataset; drop --data/--images")
     return args
 
 
@@ -184,13 +219,18 @@ def choose_beam(
 
 
 def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, dict]:
-    if args.data is None:
+    training_defaults = config_lib.TrainingConfig()
+    if args.images is not None:
+        dataset = datasets.user_images(args.images, args.image_size, schema_path=args.schema)
+    elif args.dataset == datasets.DIGITS:
+        dataset = datasets.digits(args.output_root, args.image_size)
+    elif args.data is None:
         dataset = datasets.penguins()
     else:
         dataset = datasets.user_csv(args.data, args.label, schema_path=args.schema)
-    if args.schema and args.data is None:
+    if args.schema and args.data is None and args.images is None:
         dataset = dataclasses.replace(dataset, schema_path=os.path.abspath(args.schema))
-    facts = preflight.check_dataset(dataset)
+    facts = (preflight.check_images if dataset.is_images else preflight.check_dataset)(dataset)
     dataset = dataclasses.replace(dataset, column_types=tuple(facts["column_types"].items()))
     config = config_lib.local_config(
         dataset=dataset,
@@ -202,7 +242,9 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
             train_steps=args.train_steps,
             eval_steps=args.eval_steps,
             per_replica_batch_size=args.batch_size,
-            learning_rate=args.learning_rate,
+            learning_rate=args.learning_rate
+            or (IMAGE_LEARNING_RATE if dataset.is_images else training_defaults.learning_rate),
+            image_model=args.image_model,
             workers=args.workers,
             ps=args.ps,
             shard_policy=args.shard_policy,
@@ -269,7 +311,8 @@ def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, ou
     )
     if summary.example_counts:
         counts = ", ".join(f"{name} {n}" for name, n in summary.example_counts.items())
-        out.write(f"  examples:      {counts}; rows rejected: {summary.rows_rejected}\n")
+        unit = "files" if config.dataset.is_images else "rows"
+        out.write(f"  examples:      {counts}; {unit} rejected: {summary.rows_rejected}\n")
     if summary.metrics:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()))
         out.write(f"  eval metrics:  {metrics}\n")
@@ -321,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     log_path = configure_logging(os.path.join(os.path.dirname(config.pipeline_root), "logs"))
     out = sys.stdout
     out.write(
-        f"Pipeline {config.pipeline_name}: {len(facts['files'])} CSV file(s), "
+        f"Pipeline {config.pipeline_name}: {facts['description']}, "
         f"{facts['total_bytes'] / 1e6:.1f} MB from {config.dataset.data_root}\n"
         f"  Beam {config.beam.describe()}; "
         f"strategy {describe_training(config.training)}; log: {log_path}\n"

@@ -46,6 +46,9 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     for examples in outputs.get("CsvExampleGen", {}).get("Examples", []):
         counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts") or "{}")
         rejected = inspect_mlmd.custom_value(examples, "num_rows_rejected")
+    for examples in outputs.get("ImageExampleGen", {}).get("Examples", []):
+        counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts") or "{}")
+        rejected = inspect_mlmd.custom_value(examples, "num_files_rejected")
     for schema in outputs.get("SchemaGen", {}).get("Schema", []):
         schema_uri = os.path.join(schema.uri, "schema.pbtxt")
     return RunSummary(
