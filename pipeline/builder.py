@@ -26,6 +26,9 @@ from tfx.components import (
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.dsl.components.base import executor_spec
 from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+    LatestBlessedModelStrategy,
+)
 from tfx.orchestration import pipeline
 from tfx.proto import pusher_pb2, trainer_pb2
 from tfx.types import Channel, standard_artifacts
@@ -139,12 +142,20 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         custom_config={features.LABEL_KEY_CONFIG: dataset.label_key, **training.custom_config()},
     )
 
-    baseline_resolver = Resolver(
-        strategy_class=baseline.PreviousBlessedModelStrategy,
-        candidate=trainer.outputs["model"],
-        model=Channel(type=standard_artifacts.Model),
-        model_blessing=Channel(type=standard_artifacts.ModelBlessing),
-    ).with_id("baseline_model_resolver")
+    if config.baseline_strategy == "latest_blessed":
+        # TFX's own strategy: the only kind KubeflowV2DagRunner compiles (to KFP resolver tasks).
+        baseline_resolver = Resolver(
+            strategy_class=LatestBlessedModelStrategy,
+            model=Channel(type=standard_artifacts.Model),
+            model_blessing=Channel(type=standard_artifacts.ModelBlessing),
+        ).with_id("baseline_model_resolver")
+    else:
+        baseline_resolver = Resolver(
+            strategy_class=baseline.PreviousBlessedModelStrategy,
+            candidate=trainer.outputs["model"],
+            model=Channel(type=standard_artifacts.Model),
+            model_blessing=Channel(type=standard_artifacts.ModelBlessing),
+        ).with_id("baseline_model_resolver")
 
     evaluator = Evaluator(
         examples=example_gen.outputs["examples"],

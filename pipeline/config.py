@@ -15,6 +15,7 @@ from components import features
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "flink", "spark", "dataflow")
 PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
+BASELINE_STRATEGIES = ("previous_blessed", "latest_blessed")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 SHARD_POLICIES = ("auto", "file", "data")
 MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")
@@ -293,6 +294,10 @@ class PipelineConfig:
     # ExampleGen fails when more than this fraction of rows is rejected (0: any reject fails).
     max_rejected_fraction: float = 0.0
     accuracy_threshold: float = 0.9
+    # Evaluator baseline: "previous_blessed" (newest blessed model older than the candidate, which
+    # keeps an unchanged rerun cached) or "latest_blessed" (TFX's own strategy; the only kind the
+    # Kubeflow v2 compiler supports, so kubeflow/ selects it).
+    baseline_strategy: str = "previous_blessed"
     enable_cache: bool = True
     # None: SQLite at metadata_path.
     mysql: MySQLConfig | None = None
@@ -343,6 +348,11 @@ class PipelineConfig:
             0.0 <= self.accuracy_threshold <= 1.0,
             "accuracy_threshold",
             f"must be in [0, 1], got {self.accuracy_threshold}",
+        )
+        _require(
+            self.baseline_strategy in BASELINE_STRATEGIES,
+            "baseline_strategy",
+            f"must be one of {BASELINE_STRATEGIES}, got {self.baseline_strategy!r}",
         )
         self.beam.validate()
         training = self.training

@@ -1,0 +1,235 @@
+"""Compile the pipeline for Kubeflow Pipelines v2: the same create_pipeline(config) as the local
+runner, compiled with TFX's KubeflowV2DagRunner, then written as a KFP pipeline file.
+
+What is added to the pipeline create_pipeline() returns (nothing in pipeline/ changes):
+  - per-component resources as each component's platform config (a KFP ResourceSpec: CPU and
+    memory limits and requests, `nvidia.com/gpu` for the Trainer), which the compiler copies
+    into the container spec;
+  - the Trainer's image is the GPU image, every other component's the project's image;
+  - for multi-worker strategies, the Trainer's custom_config names the TFJob launcher and
+    carries its settings (image, replicas' resources, GPU pool, policies) to the Trainer's pod.
+
+The output is the KFP IR YAML the Kubeflow Pipelines API accepts: the PipelineSpec, then a
+PlatformSpec document with the Kubernetes node selector and tolerations of the GPU pods.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+
+from kubeflow.config import (
+    GPU_RESOURCE,
+    IMAGE_PROJECT_DIR,
+    IMAGE_SITE_PACKAGES,
+    KubeflowConfig,
+    Resources,
+)
+from pipeline import datasets
+from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
+
+TRAINER_ID = "Trainer"
+# The container command TFX's Kubeflow v2 launcher expects (args are added by the compiler).
+EXECUTOR_COMMAND = [
+    "python",
+    "-m",
+    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+]
+# Runtime parameter of the compiled pipeline: where the raw data is read from.
+DATA_ROOT_PARAMETER = "data_root"
+
+
+def image_path(local_path: str) -> str:
+    """Where a file of the project or of an installed package lies inside the images."""
+    local_path = os.path.abspath(local_path)
+    site_packages = _site_packages()
+    if local_path.startswith(site_packages + os.sep):
+        return f"{IMAGE_SITE_PACKAGES}/{os.path.relpath(local_path, site_packages)}"
+    if local_path.startswith(datasets.SCHEMAS_DIR + os.sep):
+        # The image copies schemas/ next to the installed project.
+        return f"{IMAGE_PROJECT_DIR}/{os.path.relpath(local_path, datasets.PROJECT_ROOT)}"
+    raise ConfigError(
+        f"invalid configuration: {local_path} is a local file the cluster cannot read; curated "
+        "schemas go under schemas/<dataset>/ (shipped in the image), data under an "
+        "object-store URI (gs://, s3://) or a path on a volume mounted in the pods"
+    )
+
+
+def _site_packages() -> str:
+    import palmerpenguins
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(palmerpenguins.__file__)))
+
+
+def kubeflow_dataset(
+    data_root: str | None, label_key: str | None, name: str | None, schema_path: str | None
+) -> DatasetConfig:
+    """The dataset as the pods see it. Default: the penguins CSV inside the image. Users' data:
+    a URI or mounted path, with a curated schema from schemas/ (no inference on the cluster)."""
+    from pipeline import preflight
+
+    if data_root is None:
+        dataset = datasets.penguins()
+        facts = preflight.check_dataset(dataset)  # the same file the image carries
+        column_types = tuple(facts["column_types"].items())
+        return dataclasses.replace(
+            dataset,
+            data_root=image_path(dataset.data_root),
+            schema_path=image_path(dataset.schema_path),
+            column_types=column_types,
+        )
+    if not label_key:
+        raise ConfigError("invalid configuration: --label is required with --data_root")
+    name = name or os.path.basename(data_root.rstrip("/")) or "csv"
+    schema_path = schema_path or datasets.curated_schema_path(name)
+    if not schema_path:
+        raise ConfigError(
+            f"invalid configuration: no curated schema for dataset {name!r} (--schema or "
+            f"schemas/{name}/schema.pbtxt); run locally once to infer and review one"
+        )
+    from components.example_gen import csv_reader
+
+    # The CSV columns are read in the schema's order on the cluster (no local file to look at).
+    column_types = tuple(csv_reader.schema_column_types(preflight.load_schema(schema_path)).items())
+    return DatasetConfig(
+        name=name,
+        data_root=data_root,
+        label_key=label_key,
+        schema_path=image_path(schema_path),
+        column_types=column_types,
+    )
+
+
+def resource_spec(resources: Resources):
+    """A KFP ResourceSpec: CPU in cores and memory in GB (limits = requests), GPUs."""
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec()
+    if resources.cpu:
+        spec.cpu_limit = spec.cpu_request = float(resources.cpu)
+    if resources.memory_gb:
+        spec.memory_limit = spec.memory_request = float(resources.memory_gb)
+    if resources.gpus:
+        spec.accelerator.type = GPU_RESOURCE
+        spec.accelerator.count = resources.gpus
+    return spec
+
+
+def trains_in_trainer_pod(config: PipelineConfig, kubeflow: KubeflowConfig) -> bool:
+    from components import strategies
+
+    return not strategies.needs_cluster(config.training.strategy) or kubeflow.launcher == "local"
+
+
+def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConfig):
+    """Per-component resources and the Trainer's launcher, on the pipeline create_pipeline()
+    returned."""
+    from tfx.dsl.components.base import base_beam_component, base_component
+
+    for component in tfx_pipeline.components:
+        if not isinstance(component, base_component.BaseComponent):
+            continue  # the resolver runs inside the KFP driver, not in a pod
+        if component.id == TRAINER_ID:
+            resources = kubeflow.trainer_resources
+            if not trains_in_trainer_pod(config, kubeflow):
+                # The TFJob's pods train; the Trainer's pod only follows them.
+                resources = dataclasses.replace(resources, gpus=0)
+                _set_tfjob_launcher(component, kubeflow)
+        elif isinstance(component, base_beam_component.BaseBeamComponent):
+            resources = kubeflow.beam_resources
+        else:
+            resources = kubeflow.default_resources
+        component.with_platform_config(resource_spec(resources))
+    return tfx_pipeline
+
+
+def _set_tfjob_launcher(trainer, kubeflow: KubeflowConfig) -> None:
+    settings = kubeflow.tfjob_settings()
+    custom_config = json.loads(trainer.exec_properties["custom_config"])
+    custom_config.update(launcher="tfjob", tfjob=settings.to_dict())
+    trainer.exec_properties["custom_config"] = json.dumps(custom_config, sort_keys=True)
+
+
+def gpu_executors(pipeline_spec: dict) -> list[str]:
+    executors = pipeline_spec["deploymentSpec"]["executors"]
+    return sorted(
+        name
+        for name, executor in executors.items()
+        if executor.get("container", {}).get("resources", {}).get("accelerator")
+    )
+
+
+def platform_spec(pipeline_spec: dict, kubeflow: KubeflowConfig) -> dict | None:
+    """Kubernetes settings per executor (kfp-kubernetes' format): the GPU pool's node selector
+    and tolerations for every executor that requests GPUs."""
+    pool = kubeflow.gpu_pool
+    executor_config = {}
+    if pool.node_selector:
+        executor_config["nodeSelector"] = {"labels": dict(pool.node_selector)}
+    if pool.tolerations:
+        executor_config["tolerations"] = [t.kubernetes() for t in pool.tolerations]
+    executors = gpu_executors(pipeline_spec)
+    if not executor_config or not executors:
+        return None
+    return {
+        "platforms": {
+            "kubernetes": {
+                "deploymentSpec": {
+                    "executors": {name: copy.deepcopy(executor_config) for name in executors}
+                }
+            }
+        }
+    }
+
+
+def compile_pipeline(
+    config: PipelineConfig, kubeflow: KubeflowConfig, output_path: str
+) -> dict[str, object]:
+    """Writes the KFP pipeline file; returns the PipelineSpec (and PlatformSpec) as dicts."""
+    import yaml
+    from tfx.dsl.components.base.base_component import BaseComponent  # noqa: F401
+    from tfx.orchestration import data_types
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
+
+    from pipeline import builder
+
+    config.validate()
+    kubeflow.validate()
+    data_root = data_types.RuntimeParameter(
+        name=DATA_ROOT_PARAMETER, ptype=str, default=config.dataset.data_root
+    )
+    runtime_config = dataclasses.replace(
+        config,
+        dataset=dataclasses.replace(config.dataset, data_root=data_root),
+        baseline_strategy="latest_blessed",
+    )
+    tfx_pipeline = attach_platform(builder.create_pipeline(runtime_config), config, kubeflow)
+    images = {v2._DEFAULT_IMAGE_PATH_KEY: kubeflow.image, TRAINER_ID: kubeflow.gpu_image}
+    runner = v2.KubeflowV2DagRunner(
+        config=v2.KubeflowV2DagRunnerConfig(
+            display_name=config.pipeline_name,
+            default_image=images,
+            default_commands=EXECUTOR_COMMAND,
+            # Schema 2.1 (parameterType, defaultValue), as the KFP 2.x SDK and backend use.
+            use_pipeline_spec_2_1=True,
+        )
+    )
+    job = runner.run(tfx_pipeline, write_out=False)
+    pipeline_spec = job["pipelineSpec"]
+    # TFX keeps a runtime parameter's default in the PipelineJob's runtime config, which the KFP
+    # API does not take: put it on the pipeline's input, where the UI and runs find it.
+    root_inputs = pipeline_spec["root"]["inputDefinitions"]["parameters"]
+    root_inputs[DATA_ROOT_PARAMETER]["defaultValue"] = config.dataset.data_root
+    # The KFP API reads the pipeline root from the spec (a run may override it).
+    pipeline_spec["defaultPipelineRoot"] = config.pipeline_root
+    documents = [pipeline_spec]
+    platform = platform_spec(pipeline_spec, kubeflow)
+    if platform:
+        documents.append(platform)
+    parent = os.path.dirname(os.path.abspath(output_path))
+    os.makedirs(parent, exist_ok=True)
+    with open(output_path, "w") as handle:
+        yaml.safe_dump_all(documents, handle, sort_keys=True)
+    return {"pipeline_spec": pipeline_spec, "platform_spec": platform}

@@ -1,0 +1,180 @@
+"""Upload a compiled pipeline to Kubeflow Pipelines (a new version when it exists), start a run,
+follow it to the end. kfp.Client (KFP REST API v2beta1) does the talking.
+
+Credentials come from the environment, never from pipeline parameters (those are stored in
+MLMD): KF_PIPELINES_TOKEN (a bearer token, e.g. `kubectl create token` or an OIDC token), else
+what kfp.Client finds itself (the in-cluster service account token, KF_PIPELINES_* variables).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging as std_logging
+import os
+import time
+
+from components import PROGRESS_LOGGER
+
+log = std_logging.getLogger("tfx_scaleout.deploy")
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
+
+TOKEN_ENV = "KF_PIPELINES_TOKEN"
+ENDPOINT_ENV = "KF_PIPELINES_ENDPOINT"
+FINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED", "CANCELING")
+
+
+class DeployError(RuntimeError):
+    """The endpoint is unreachable, rejected a request, or the run did not succeed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    pipeline_id: str
+    version_id: str
+    run_id: str | None = None
+    state: str | None = None
+
+
+def _api_error(action: str, endpoint: str, error: Exception) -> DeployError:
+    """One line: what failed, where, and the server's own message."""
+    import kfp_server_api
+
+    if isinstance(error, kfp_server_api.ApiException):
+        body = (error.body or "").strip() if isinstance(error.body, str) else error.body
+        return DeployError(
+            f"{action} at {endpoint} was rejected: HTTP {error.status} {error.reason}"
+            + (f": {body}" if body else "")
+        )
+    return DeployError(
+        f"{action}: Kubeflow Pipelines endpoint {endpoint} is unreachable "
+        f"({type(error).__name__}: {error}); check --endpoint / {ENDPOINT_ENV} "
+        "(e.g. kubectl port-forward -n kubeflow svc/ml-pipeline-ui 8080:80)"
+    )
+
+
+def _network_errors() -> tuple[type[Exception], ...]:
+    import kfp_server_api
+    import urllib3
+
+    return (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def connect(endpoint: str | None, namespace: str | None = None, environ=os.environ):
+    """A kfp.Client for the endpoint, with the token from the environment when there is one."""
+    import kfp
+
+    endpoint = endpoint or environ.get(ENDPOINT_ENV)
+    if not endpoint:
+        raise DeployError(f"no Kubeflow Pipelines endpoint: pass --endpoint or set {ENDPOINT_ENV}")
+    token = environ.get(TOKEN_ENV) or None
+    try:
+        client = kfp.Client(host=endpoint, existing_token=token, namespace=namespace or "kubeflow")
+        client.get_kfp_healthz(sleep_duration=1)
+    except _network_errors() as error:
+        raise _api_error("connecting", endpoint, error) from error
+    except TimeoutError as error:
+        raise DeployError(
+            f"Kubeflow Pipelines endpoint {endpoint} is not healthy: {error}"
+        ) from error
+    return client
+
+
+def upload(client, package_path: str, pipeline_name: str, version_name: str) -> Deployment:
+    """Uploads the pipeline, or a new version of it when a pipeline of that name exists."""
+    endpoint = client._existing_config.host
+    try:
+        pipeline_id = client.get_pipeline_id(pipeline_name)
+        if pipeline_id is None:
+            pipeline = client.upload_pipeline(package_path, pipeline_name=pipeline_name)
+            pipeline_id = pipeline.pipeline_id
+            versions = client.list_pipeline_versions(
+                pipeline_id, page_size=1, sort_by="created_at desc"
+            )
+            version_id = versions.pipeline_versions[0].pipeline_version_id
+            progress_log.info("uploaded pipeline %s (%s)", pipeline_name, pipeline_id)
+        else:
+            version = client.upload_pipeline_version(
+                package_path, pipeline_version_name=version_name, pipeline_id=pipeline_id
+            )
+            version_id = version.pipeline_version_id
+            progress_log.info(
+                "uploaded version %s of pipeline %s (%s)", version_name, pipeline_name, version_id
+            )
+    except _network_errors() as error:
+        raise _api_error(f"uploading {package_path}", endpoint, error) from error
+    return Deployment(pipeline_id=pipeline_id, version_id=version_id)
+
+
+def start_run(
+    client,
+    deployment: Deployment,
+    experiment: str,
+    run_name: str,
+    parameters: dict | None = None,
+    pipeline_root: str | None = None,
+) -> Deployment:
+    endpoint = client._existing_config.host
+    try:
+        experiment_id = client.create_experiment(experiment).experiment_id
+        run = client.run_pipeline(
+            experiment_id=experiment_id,
+            job_name=run_name,
+            pipeline_id=deployment.pipeline_id,
+            version_id=deployment.version_id,
+            params=parameters or {},
+            pipeline_root=pipeline_root,
+        )
+    except _network_errors() as error:
+        raise _api_error(f"starting run {run_name}", endpoint, error) from error
+    progress_log.info("run %s started (%s) in experiment %s", run_name, run.run_id, experiment)
+    return dataclasses.replace(deployment, run_id=run.run_id)
+
+
+def wait(
+    client,
+    run_id: str,
+    timeout_seconds: float = 0,
+    poll_seconds: float = 15,
+    sleep=time.sleep,
+    clock=time.monotonic,
+) -> str:
+    """Follows a run to its end, one progress line per change (run state, each task's state);
+    returns SUCCEEDED or raises DeployError naming the failed tasks."""
+    endpoint = client._existing_config.host
+    started = clock()
+    reported: dict[str, str] = {}
+    while True:
+        try:
+            run = client.get_run(run_id)
+        except _network_errors() as error:
+            raise _api_error(f"following run {run_id}", endpoint, error) from error
+        state = (run.state or "PENDING").upper()
+        if reported.get("") != state:
+            progress_log.info("run %s: %s", run_id, state)
+            reported[""] = state
+        tasks = (run.run_details.task_details if run.run_details else None) or []
+        for task in tasks:
+            name, task_state = task.display_name or task.task_id, (task.state or "").upper()
+            if name and task_state and reported.get(name) != task_state:
+                progress_log.info("  %s: %s", name, task_state)
+                reported[name] = task_state
+        if state in FINAL_STATES:
+            if state == "SUCCEEDED":
+                return state
+            failed = [
+                f"{task.display_name}: {task.error.message}" if task.error else task.display_name
+                for task in tasks
+                if (task.state or "").upper() == "FAILED"
+            ]
+            detail = f"; failed: {'; '.join(failed)}" if failed else ""
+            message = f" ({run.error.message})" if run.error and run.error.message else ""
+            raise DeployError(f"run {run_id} ended {state}{message}{detail}")
+        if timeout_seconds and clock() - started > timeout_seconds:
+            raise DeployError(f"run {run_id} still {state} after {timeout_seconds:g}s")
+        sleep(poll_seconds)
+
+
+def default_version_name(now: datetime.datetime | None = None) -> str:
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("v%Y%m%d-%H%M%S")

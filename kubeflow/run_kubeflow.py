@@ -1,0 +1,317 @@
+"""Kubeflow Pipelines entry: compile the pipeline the local runner runs, upload it, run it.
+
+    python kubeflow/run_kubeflow.py compile --pipeline_root gs://BUCKET/tfx \
+        --image REGISTRY/tfx-scaleout:TAG --gpu_image REGISTRY/tfx-scaleout-gpu:TAG
+    python kubeflow/run_kubeflow.py deploy --endpoint http://localhost:8080 --run --wait
+
+compile: create_pipeline(config) (the same function run_local.py uses) compiled with TFX's
+KubeflowV2DagRunner into a KFP IR YAML file, with per-component resources, the GPU image and
+pool for the Trainer, the Beam runner's arguments, and (multi-worker strategies) the TFJob
+launcher. deploy: upload (a new version when the pipeline exists), optionally start a run and
+follow it. Credentials only from the environment (KF_PIPELINES_TOKEN, kubeconfig).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+from kubeflow import config as kf_config  # noqa: E402
+from pipeline import beam_runners  # noqa: E402
+from pipeline import config as config_lib  # noqa: E402
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+DEFAULT_PACKAGE = "pipeline.yaml"
+
+
+def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
+    training = config_lib.TrainingConfig()
+    kubeflow = kf_config.KubeflowConfig(image="-", gpu_image="-")
+    parser.add_argument("--output", default=DEFAULT_PACKAGE, help="the KFP pipeline file")
+    parser.add_argument("--pipeline_name", default=None, help="default: <dataset>-pipeline")
+    parser.add_argument(
+        "--pipeline_root",
+        required=True,
+        help="artifacts: gs://, s3:// (MinIO) or a path on a volume mounted in every pod",
+    )
+    parser.add_argument(
+        "--serving_model_dir", default=None, help="default: <pipeline_root>/serving_model"
+    )
+    parser.add_argument(
+        "--data_root",
+        default=None,
+        help="default value of the pipeline's data_root parameter (default: the penguins CSV "
+        "inside the image); CSV files under it",
+    )
+    parser.add_argument("--label", default=None, help="label column (with --data_root)")
+    parser.add_argument("--dataset_name", default=None, help="default: data_root's last name")
+    parser.add_argument("--schema", default=None, help="curated schema under schemas/<dataset>/")
+    parser.add_argument("--image", required=True, help="the project's image (every component)")
+    parser.add_argument("--gpu_image", required=True, help="the GPU image (Trainer, TFJob pods)")
+    parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default=training.strategy)
+    parser.add_argument("--workers", type=int, default=training.workers)
+    parser.add_argument("--ps", type=int, default=training.ps)
+    parser.add_argument("--epochs", type=int, default=training.epochs)
+    parser.add_argument("--train_steps", type=int, default=None)
+    parser.add_argument("--batch_size", type=int, default=training.per_replica_batch_size)
+    parser.add_argument(
+        "--example_shards", type=int, default=8, help="TFRecord shards per split (ExampleGen)"
+    )
+    parser.add_argument(
+        "--transform_shards",
+        type=int,
+        default=8,
+        help="TFRecord shards per split (Transform); >= workers for FILE sharding",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=kubeflow.trainer_resources.gpus,
+        help="GPUs of the Trainer's pod (single-worker strategies) and of each TFJob worker",
+    )
+    parser.add_argument("--trainer_cpu", type=float, default=kubeflow.trainer_resources.cpu)
+    parser.add_argument(
+        "--trainer_memory_gb", type=float, default=kubeflow.trainer_resources.memory_gb
+    )
+    parser.add_argument("--beam_cpu", type=float, default=kubeflow.beam_resources.cpu)
+    parser.add_argument("--beam_memory_gb", type=float, default=kubeflow.beam_resources.memory_gb)
+    parser.add_argument(
+        "--node_selector",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="label of the GPU node pool, repeatable",
+    )
+    parser.add_argument(
+        "--toleration",
+        action="append",
+        default=None,
+        metavar="KEY[=VALUE][:EFFECT]",
+        help="taint of the GPU pool to tolerate, repeatable (default: nvidia.com/gpu)",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=kf_config.LAUNCHERS,
+        default=kubeflow.launcher,
+        help="multi-worker strategies: a TFJob (tfjob) or processes in the Trainer's pod",
+    )
+    parser.add_argument("--tfjob_namespace", default=kubeflow.tfjob.namespace)
+    parser.add_argument(
+        "--tfjob_delete", choices=kf_config.DELETE_POLICIES, default=kubeflow.tfjob.delete_policy
+    )
+    parser.add_argument("--tfjob_service_account", default="")
+    parser.add_argument(
+        "--pvc_name", default="", help="PVC holding the pipeline root (when it is a mounted path)"
+    )
+    parser.add_argument("--mount_path", default="", help="where the PVC is mounted in the pods")
+    parser.add_argument(
+        "--beam_mode",
+        choices=config_lib.BEAM_MODES,
+        default="in_memory",
+        help="DirectRunner inside the component's pod",
+    )
+    parser.add_argument("--beam_workers", type=int, default=1)
+    parser.add_argument("--beam_arg", action="append", default=[])
+    beam_runners.add_flags(parser)
+
+
+def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--package", default=DEFAULT_PACKAGE, help="the compiled pipeline file")
+    parser.add_argument(
+        "--endpoint", default=None, help="Kubeflow Pipelines API (default: $KF_PIPELINES_ENDPOINT)"
+    )
+    parser.add_argument("--namespace", default=None, help="profile namespace (multi-user)")
+    parser.add_argument("--pipeline_name", default=None, help="default: the name in the package")
+    parser.add_argument("--version_name", default=None, help="default: v<UTC timestamp>")
+    parser.add_argument("--run", action="store_true", help="start a run after the upload")
+    parser.add_argument("--experiment", default="tfx-scaleout")
+    parser.add_argument("--run_name", default=None, help="default: <pipeline>-<version>")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="pipeline parameter (e.g. data_root=gs://bucket/csv), repeatable",
+    )
+    parser.add_argument("--run_pipeline_root", default=None, help="override for this run")
+    parser.add_argument("--wait", action="store_true", help="follow the run to its end")
+    parser.add_argument("--timeout", type=float, default=0, help="seconds (0: no limit)")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="run_kubeflow.py", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_compile_flags(commands.add_parser("compile", help="compile the pipeline to a KFP file"))
+    _add_deploy_flags(commands.add_parser("deploy", help="upload, run, follow"))
+    return parser.parse_args(argv)
+
+
+def _pairs(values: list[str], flag: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise config_lib.ConfigError(f"invalid {flag} {value!r}: expected NAME=VALUE")
+        pairs.append((key, rest))
+    return tuple(pairs)
+
+
+def build_configs(
+    args: argparse.Namespace,
+) -> tuple[config_lib.PipelineConfig, kf_config.KubeflowConfig]:
+    from kubeflow import compile as compiler
+
+    dataset = compiler.kubeflow_dataset(args.data_root, args.label, args.dataset_name, args.schema)
+    name = args.pipeline_name or f"{dataset.name}-pipeline"
+    root = args.pipeline_root.rstrip("/")
+    direct = config_lib.BeamConfig(
+        mode=args.beam_mode, num_workers=args.beam_workers, extra_args=tuple(args.beam_arg)
+    )
+    config = config_lib.PipelineConfig(
+        pipeline_name=name,
+        pipeline_root=root,
+        # Kubeflow Pipelines records everything in its own MLMD; no local store.
+        metadata_path="",
+        serving_model_dir=args.serving_model_dir or f"{root}/serving_model",
+        dataset=dataset,
+        training=config_lib.TrainingConfig(
+            strategy=args.strategy,
+            workers=args.workers,
+            ps=args.ps,
+            epochs=args.epochs,
+            train_steps=args.train_steps,
+            per_replica_batch_size=args.batch_size,
+        ),
+        beam=beam_runners.beam_config(args, direct),
+        example_shards=args.example_shards,
+        transform_shards=args.transform_shards,
+        baseline_strategy="latest_blessed",
+    ).validate()
+    tolerations = (
+        tuple(kf_config.Toleration.parse(t) for t in args.toleration)
+        if args.toleration is not None
+        else kf_config.GpuPool().tolerations
+    )
+    defaults = kf_config.KubeflowConfig(image="-", gpu_image="-")
+    gpus = kf_config.Resources(gpus=args.gpus)
+    kubeflow = kf_config.KubeflowConfig(
+        image=args.image,
+        gpu_image=args.gpu_image,
+        beam_resources=kf_config.Resources(cpu=args.beam_cpu, memory_gb=args.beam_memory_gb),
+        trainer_resources=kf_config.Resources(
+            cpu=args.trainer_cpu, memory_gb=args.trainer_memory_gb, gpus=args.gpus
+        ),
+        gpu_pool=kf_config.GpuPool(
+            node_selector=_pairs(args.node_selector, "--node_selector"), tolerations=tolerations
+        ),
+        launcher=args.launcher,
+        tfjob=kf_config.TFJobConfig(
+            namespace=args.tfjob_namespace,
+            worker=_with_gpus(defaults.tfjob.worker, gpus.gpus),
+            chief=_with_gpus(defaults.tfjob.chief, gpus.gpus),
+            delete_policy=args.tfjob_delete,
+            service_account=args.tfjob_service_account,
+            pvc_name=args.pvc_name,
+            mount_path=args.mount_path,
+            backoff_limit=config.training.max_restarts + 1,
+        ),
+    ).validate()
+    return config, kubeflow
+
+
+def _with_gpus(resources: kf_config.Resources, gpus: int) -> kf_config.Resources:
+    import dataclasses
+
+    return dataclasses.replace(resources, gpus=gpus)
+
+
+def run_compile(args: argparse.Namespace, out) -> int:
+    from kubeflow import compile as compiler
+
+    config, kubeflow = build_configs(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiler.compile_pipeline(config, kubeflow, args.output)
+    out.write(
+        f"compiled {config.pipeline_name} -> {args.output}\n"
+        f"  Beam: {config.beam.describe()}; strategy {config.training.strategy}"
+        + (
+            f" via {kubeflow.launcher}"
+            if config.training.strategy in ("multi_worker_mirrored", "parameter_server")
+            else ""
+        )
+        + f"; pipeline root {config.pipeline_root}\n"
+    )
+    return 0
+
+
+def run_deploy(args: argparse.Namespace, out) -> int:
+    import yaml
+
+    from kubeflow import deploy
+
+    if not os.path.isfile(args.package):
+        raise config_lib.ConfigError(
+            f"invalid --package {args.package}: no such file (run `compile` first)"
+        )
+    with open(args.package) as handle:
+        spec = next(yaml.safe_load_all(handle))
+    name = args.pipeline_name or spec["pipelineInfo"]["name"]
+    version = args.version_name or deploy.default_version_name()
+    client = deploy.connect(args.endpoint, args.namespace)
+    deployment = deploy.upload(client, args.package, name, version)
+    out.write(f"pipeline {name}: id {deployment.pipeline_id}, version {deployment.version_id}\n")
+    if not args.run:
+        return 0
+    deployment = deploy.start_run(
+        client,
+        deployment,
+        experiment=args.experiment,
+        run_name=args.run_name or f"{name}-{version}",
+        parameters=dict(_pairs(args.param, "--param")),
+        pipeline_root=args.run_pipeline_root,
+    )
+    out.write(f"run {deployment.run_id} started\n")
+    if args.wait:
+        state = deploy.wait(client, deployment.run_id, timeout_seconds=args.timeout)
+        out.write(f"run {deployment.run_id} {state}\n")
+    return 0
+
+
+def _configure_logging() -> None:
+    from components import PROGRESS_LOGGER
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    progress = logging.getLogger(PROGRESS_LOGGER)
+    progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _configure_logging()
+    from kubeflow import deploy
+
+    try:
+        if args.command == "compile":
+            return run_compile(args, sys.stdout)
+        return run_deploy(args, sys.stdout)
+    except config_lib.ConfigError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return EXIT_BAD_INPUT
+    except deploy.DeployError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
