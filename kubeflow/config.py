@@ -214,5 +214,11 @@ class KubeflowConfig:
             f"must be one of {LAUNCHERS}, got {self.launcher!r}",
         )
         if self.launcher == "tfjob":
-            self.tfjob.validate()
+            self.tfjob_settings().validate()
         return self
+
+    def tfjob_settings(self) -> TFJobConfig:
+        """The TFJob settings the Trainer gets: the GPU image and pool unless set apart."""
+        return dataclasses.replace(
+            self.tfjob, image=self.tfjob.image or self.gpu_image, gpu_pool=self.gpu_pool
+        )

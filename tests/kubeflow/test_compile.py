@@ -1,0 +1,248 @@
+"""The Kubeflow compile: the same create_pipeline(config) compiled by KubeflowV2DagRunner into a
+KFP IR file that parses strictly into kfp-pipeline-spec's protos, with every component's image,
+command, resources, the Beam runner's arguments and the TFJob launcher settings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from kubeflow import compile as compiler
+from kubeflow import run_kubeflow
+from kubeflow.config import IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES, TFJobConfig
+
+IMAGE = "registry.example.com/tfx-scaleout:1.0"
+GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu:1.0"
+BEAM_COMPONENTS = ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")
+COMPONENTS = (
+    *BEAM_COMPONENTS,
+    "ImportSchemaGen",
+    "ExampleValidator",
+    "Trainer",
+    "Pusher",
+    "baseline_model_resolver-model-blessing-resolver",
+    "baseline_model_resolver-model-resolver",
+)
+EXECUTORS = {
+    "CsvExampleGen": "components.example_gen.executor.Executor",
+    "Transform": "components.transform.executor.Executor",
+    "ExampleValidator": "components.validation.executor.Executor",
+    "Trainer": "tfx.components.trainer.executor.GenericExecutor",
+}
+
+
+def _compile(tmp_path_factory, name: str, *flags: str):
+    output = tmp_path_factory.mktemp(name) / "pipeline.yaml"
+    argv = [
+        "compile",
+        "--pipeline_root=gs://bucket/tfx",
+        f"--image={IMAGE}",
+        f"--gpu_image={GPU_IMAGE}",
+        f"--output={output}",
+        *flags,
+    ]
+    assert run_kubeflow.main(argv) == 0
+    with open(output) as handle:
+        documents = list(yaml.safe_load_all(handle))
+    # Strict: an unknown or misspelled field fails the parse.
+    spec = json_format.ParseDict(documents[0], pipeline_spec_pb2.PipelineSpec())
+    platform = (
+        json_format.ParseDict(documents[1], pipeline_spec_pb2.PlatformSpec())
+        if len(documents) > 1
+        else None
+    )
+    assert len(documents) <= 2
+    return spec, platform, output
+
+
+@pytest.fixture(scope="module")
+def flink_gpu(tmp_path_factory):
+    """Single-worker mirrored on 2 GPUs in the Trainer's pod, Beam on Flink."""
+    return _compile(
+        tmp_path_factory,
+        "flink",
+        "--gpus=2",
+        "--node_selector=cloud.google.com/gke-accelerator=nvidia-l4",
+        "--toleration=nvidia.com/gpu",
+        "--toleration=dedicated=ml:NoSchedule",
+        "--beam_runner=flink",
+        "--flink_master=flink-jobmanager:8081",
+        "--beam_parallelism=4",
+        f"--sdk_container_image={IMAGE}",
+        "--epochs=3",
+    )
+
+
+@pytest.fixture(scope="module")
+def tfjob_dataflow(tmp_path_factory):
+    """Parameter-server training as a TFJob, Beam on Dataflow."""
+    return _compile(
+        tmp_path_factory,
+        "tfjob",
+        "--strategy=parameter_server",
+        "--workers=4",
+        "--ps=2",
+        "--gpus=1",
+        "--tfjob_namespace=ml",
+        "--pvc_name=pipeline-root",
+        "--mount_path=/mnt/pipeline",
+        "--beam_runner=dataflow",
+        "--dataflow_project=my-project",
+        "--dataflow_region=europe-west4",
+        "--dataflow_temp_location=gs://bucket/tmp",
+        f"--sdk_container_image={IMAGE}",
+    )
+
+
+def _container(spec, task: str):
+    """The task's container, parsed strictly from the spec's deployment Struct."""
+    deployment = json_format.ParseDict(
+        json_format.MessageToDict(spec.deployment_spec),
+        pipeline_spec_pb2.PipelineDeploymentConfig(),
+    )
+    label = spec.components[spec.root.dag.tasks[task].component_ref.name].executor_label
+    return deployment.executors[label].container
+
+
+def _task_parameter(spec, task: str, name: str) -> str:
+    return spec.root.dag.tasks[task].inputs.parameters[name].runtime_value.constant.string_value
+
+
+def test_every_component_with_image_command_and_executor(flink_gpu):
+    spec, _, _ = flink_gpu
+    assert spec.pipeline_info.name == "penguins-pipeline"
+    assert spec.schema_version == "2.1.0"
+    assert spec.default_pipeline_root == "gs://bucket/tfx"
+    assert set(spec.root.dag.tasks) == set(COMPONENTS)
+    for task in COMPONENTS:
+        if task.startswith("baseline_model_resolver"):
+            continue  # resolvers are KFP MLMD queries, not containers
+        container = _container(spec, task)
+        assert container.image == (GPU_IMAGE if task == "Trainer" else IMAGE), task
+        assert list(container.command) == compiler.EXECUTOR_COMMAND
+        if task in EXECUTORS:
+            args = list(container.args)
+            assert args[args.index("--executor_class_path") + 1] == EXECUTORS[task]
+
+
+def test_trainer_requests_gpus_on_the_gpu_pool(flink_gpu):
+    spec, platform, _ = flink_gpu
+    resources = _container(spec, "Trainer").resources
+    assert (resources.accelerator.type, resources.accelerator.count) == ("nvidia.com/gpu", 2)
+    assert (resources.cpu_limit, resources.memory_limit) == (8, 32)
+    for task in BEAM_COMPONENTS:
+        beam = _container(spec, task).resources
+        assert (beam.cpu_limit, beam.memory_limit, beam.accelerator.count) == (4, 16, 0)
+    assert _container(spec, "Pusher").resources.cpu_limit == 1
+    executors = json_format.MessageToDict(platform.platforms["kubernetes"].deployment_spec)[
+        "executors"
+    ]
+    label = spec.components["Trainer"].executor_label
+    assert list(executors) == [label]
+    assert executors[label] == {
+        "nodeSelector": {"labels": {"cloud.google.com/gke-accelerator": "nvidia-l4"}},
+        "tolerations": [
+            # Without :EFFECT a toleration matches every effect of the taint.
+            {"key": "nvidia.com/gpu", "operator": "Exists"},
+            {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+        ],
+    }
+    config = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
+    assert config["strategy"] == "mirrored" and config["epochs"] == 3
+    assert "launcher" not in config  # trains in its own pod
+
+
+def test_beam_components_get_the_flink_args(flink_gpu):
+    spec, _, _ = flink_gpu
+    expected = [
+        "--runner=FlinkRunner",
+        "--flink_master=flink-jobmanager:8081",
+        "--parallelism=4",
+        "--environment_type=DOCKER",
+        f"--environment_config={IMAGE}",
+    ]
+    for task in BEAM_COMPONENTS:
+        args = list(_container(spec, task).args)
+        assert args[-len(expected) :] == expected, task
+
+
+def test_data_root_is_a_runtime_parameter_and_files_are_in_the_image(flink_gpu):
+    spec, _, _ = flink_gpu
+    parameter = spec.root.input_definitions.parameters["data_root"]
+    assert parameter.default_value.string_value == (f"{IMAGE_SITE_PACKAGES}/palmerpenguins/data")
+    example_gen = spec.root.dag.tasks["CsvExampleGen"].inputs.parameters["input_base"]
+    assert example_gen.component_input_parameter == "data_root"
+    schema_file = _task_parameter(spec, "ImportSchemaGen", "schema_file")
+    assert schema_file == f"{IMAGE_PROJECT_DIR}/schemas/penguins/schema.pbtxt"
+
+
+def test_multi_worker_training_goes_to_a_tfjob(tfjob_dataflow):
+    spec, platform, _ = tfjob_dataflow
+    # The Trainer's pod only follows the TFJob: no GPU, so no GPU pool either.
+    assert _container(spec, "Trainer").resources.accelerator.count == 0
+    assert platform is None
+    config = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
+    assert (config["strategy"], config["workers"], config["ps"]) == ("parameter_server", 4, 2)
+    assert config["launcher"] == "tfjob"
+    settings = TFJobConfig.from_dict(config["tfjob"])
+    settings.validate()
+    assert (settings.image, settings.namespace) == (GPU_IMAGE, "ml")
+    assert (settings.worker.gpus, settings.chief.gpus, settings.ps.gpus) == (1, 1, 0)
+    assert (settings.pvc_name, settings.mount_path) == ("pipeline-root", "/mnt/pipeline")
+    assert settings.gpu_pool.tolerations[0].key == "nvidia.com/gpu"
+
+
+def test_beam_components_get_the_dataflow_args(tfjob_dataflow):
+    spec, _, _ = tfjob_dataflow
+    for task in BEAM_COMPONENTS:
+        args = list(_container(spec, task).args)
+        assert "--runner=DataflowRunner" in args
+        assert {
+            "--project=my-project",
+            "--region=europe-west4",
+            "--temp_location=gs://bucket/tmp",
+            f"--sdk_container_image={IMAGE}",
+        } <= set(args)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--node_selector=pool"], "invalid --node_selector 'pool': expected NAME=VALUE"),
+        (["--beam_runner=spark"], "beam.spark_master_url or beam.job_endpoint must be set"),
+        (["--strategy=parameter_server"], "training.ps must be >= 1"),
+        (["--data_root=gs://bucket/csv"], "--label is required with --data_root"),
+        (
+            ["--data_root=gs://bucket/mine", "--label=y"],
+            "no curated schema for dataset 'mine'",
+        ),
+        (["--toleration=k=v:Sometimes"], "gpu_pool.tolerations effect must be one of"),
+    ],
+)
+def test_bad_flags_fail_before_compiling(capsys, tmp_path, flags, message):
+    argv = [
+        "compile",
+        "--pipeline_root=gs://bucket/tfx",
+        f"--image={IMAGE}",
+        f"--gpu_image={GPU_IMAGE}",
+        f"--output={tmp_path / 'p.yaml'}",
+        *flags,
+    ]
+    assert run_kubeflow.main(argv) == run_kubeflow.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_user_csv_with_curated_schema_reads_columns_in_schema_order(tmp_path):
+    dataset = compiler.kubeflow_dataset("gs://bucket/penguins/", "species", "penguins", None)
+    assert dataset.data_root == "gs://bucket/penguins/"
+    assert dataset.schema_path == f"{IMAGE_PROJECT_DIR}/schemas/penguins/schema.pbtxt"
+    assert dict(dataset.column_types)["body_mass_g"] == "int"
+    outside = tmp_path / "schema.pbtxt"
+    outside.write_text("")
+    with pytest.raises(compiler.ConfigError, match="local file the cluster cannot read"):
+        compiler.image_path(str(outside))
