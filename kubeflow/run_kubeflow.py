@@ -144,6 +144,7 @@ def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run_pipeline_root", default=None, help="override for this run")
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
     parser.add_argument("--timeout", type=float, default=0, help="seconds (0: no limit)")
+    parser.add_argument("--poll", type=float, default=15, help="seconds between run checks")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -281,7 +282,9 @@ def run_deploy(args: argparse.Namespace, out) -> int:
     )
     out.write(f"run {deployment.run_id} started\n")
     if args.wait:
-        state = deploy.wait(client, deployment.run_id, timeout_seconds=args.timeout)
+        state = deploy.wait(
+            client, deployment.run_id, timeout_seconds=args.timeout, poll_seconds=args.poll
+        )
         out.write(f"run {deployment.run_id} {state}\n")
     return 0
 
@@ -289,9 +292,12 @@ def run_deploy(args: argparse.Namespace, out) -> int:
 def _configure_logging() -> None:
     from components import PROGRESS_LOGGER
 
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
     progress = logging.getLogger(PROGRESS_LOGGER)
+    progress.handlers[:] = [h for h in progress.handlers if h.get_name() != "run_kubeflow"]
+    # The current stdout (not the one at import time): progress lines go where output goes.
+    handler = logging.StreamHandler(sys.stdout)
+    handler.set_name("run_kubeflow")
+    handler.setFormatter(logging.Formatter("%(message)s"))
     progress.addHandler(handler)
     progress.setLevel(logging.INFO)
 

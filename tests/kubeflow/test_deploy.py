@@ -1,0 +1,252 @@
+"""deploy through kfp.Client against a real HTTP server on loopback that implements the KFP
+v2beta1 REST endpoints the client calls, checking each request; and the error paths
+(unreachable endpoint, rejected upload, failed run)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import urllib.parse
+from unittest import mock
+
+import kfp
+import pytest
+
+from kubeflow import deploy, run_kubeflow
+
+TOKEN = "test-token-from-the-environment"
+API = "/apis/v2beta1"
+
+
+class FakeKfp:
+    """State and the request log of the fake Kubeflow Pipelines API server."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.pipelines: dict[str, str] = {}  # display name -> id
+        self.versions: dict[str, list[str]] = {}
+        self.experiments: dict[str, str] = {}
+        self.runs: dict[str, dict] = {}
+        self.run_states = ["PENDING", "RUNNING", "SUCCEEDED"]
+        self.reject_upload: str | None = None
+
+    def handle(self, method: str, path: str, query: dict, body: bytes, headers) -> tuple[int, dict]:
+        self.requests.append(
+            {
+                "method": method,
+                "path": path,
+                "query": query,
+                "body": body,
+                "authorization": headers.get("Authorization"),
+            }
+        )
+        if method == "GET" and path == f"{API}/healthz":
+            return 200, {"multi_user": False}
+        if method == "GET" and path == f"{API}/pipelines":
+            name = json.loads(query["filter"])["predicates"][0]["stringValue"]
+            found = [
+                {"pipeline_id": pid, "display_name": n}
+                for n, pid in self.pipelines.items()
+                if n == name
+            ]
+            return 200, {"pipelines": found} if found else {}
+        if method == "POST" and path == f"{API}/pipelines/upload":
+            if self.reject_upload:
+                return 400, {"error": self.reject_upload, "code": 3, "message": self.reject_upload}
+            pid = f"pipeline-{len(self.pipelines) + 1}"
+            self.pipelines[query["name"]] = pid
+            self.versions[pid] = [f"{pid}-v1"]
+            return 200, {"pipeline_id": pid, "display_name": query["name"]}
+        if method == "GET" and path.startswith(f"{API}/pipelines/") and path.endswith("/versions"):
+            pid = path.split("/")[-2]
+            newest = list(reversed(self.versions[pid]))
+            return 200, {
+                "pipeline_versions": [
+                    {"pipeline_id": pid, "pipeline_version_id": v} for v in newest
+                ][: int(query.get("page_size", 10))]
+            }
+        if method == "POST" and path == f"{API}/pipelines/upload_version":
+            pid = query["pipelineid"]
+            version = f"{pid}-v{len(self.versions[pid]) + 1}"
+            self.versions[pid].append(version)
+            return 200, {
+                "pipeline_id": pid,
+                "pipeline_version_id": version,
+                "display_name": query["name"],
+            }
+        if method == "GET" and path == f"{API}/experiments":
+            name = json.loads(query["filter"])["predicates"][0]["stringValue"]
+            if name in self.experiments:
+                return 200, {
+                    "experiments": [{"experiment_id": self.experiments[name], "display_name": name}]
+                }
+            return 200, {}
+        if method == "POST" and path == f"{API}/experiments":
+            request = json.loads(body)
+            eid = f"experiment-{len(self.experiments) + 1}"
+            self.experiments[request["display_name"]] = eid
+            return 200, {"experiment_id": eid, "display_name": request["display_name"]}
+        if method == "POST" and path == f"{API}/runs":
+            run = json.loads(body)
+            run_id = f"run-{len(self.runs) + 1}"
+            self.runs[run_id] = run
+            return 200, {**run, "run_id": run_id, "state": "PENDING"}
+        if method == "GET" and path.startswith(f"{API}/runs/"):
+            run_id = path.rsplit("/", 1)[-1]
+            state = self.run_states.pop(0) if len(self.run_states) > 1 else self.run_states[0]
+            tasks = [
+                {"task_id": "t1", "display_name": "CsvExampleGen", "state": "SUCCEEDED"},
+                {"task_id": "t2", "display_name": "Trainer", "state": state},
+            ]
+            if state == "FAILED":
+                tasks[1]["error"] = {"message": "pod tfx-trainer OOMKilled"}
+            return 200, {"run_id": run_id, "state": state, "run_details": {"task_details": tasks}}
+        return 404, {"error": f"not implemented: {method} {path}", "code": 5}
+
+
+def _handler(fake: FakeKfp):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _serve(self):
+            url = urllib.parse.urlsplit(self.path)
+            query = dict(urllib.parse.parse_qsl(url.query))
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            status, payload = fake.handle(self.command, url.path, query, body, self.headers)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _serve
+
+        def log_message(self, *args):  # keep the test output clean
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def kfp_server(tmp_path, monkeypatch):
+    fake = FakeKfp()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(deploy.TOKEN_ENV, TOKEN)
+    # kfp.Client keeps a context file under the home directory; keep it in the test's.
+    with mock.patch.object(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "context.json")):
+        yield fake, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def package(tmp_path):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(
+        "pipelineInfo:\n  name: penguins-pipeline\nroot: {}\nschemaVersion: 2.1.0\n"
+        "sdkVersion: tfx-1.16.0\ndeploymentSpec: {}\ncomponents: {}\n"
+    )
+    return str(path)
+
+
+def _deploy(endpoint, package, *flags):
+    return run_kubeflow.main(["deploy", f"--package={package}", f"--endpoint={endpoint}", *flags])
+
+
+def test_upload_new_pipeline_then_a_version_and_run_to_the_end(kfp_server, package, capsys):
+    fake, endpoint = kfp_server
+    assert _deploy(endpoint, package, "--version_name=v1") == 0
+    assert fake.pipelines == {"penguins-pipeline": "pipeline-1"}
+    upload = next(r for r in fake.requests if r["path"] == f"{API}/pipelines/upload")
+    assert upload["method"] == "POST" and upload["query"]["name"] == "penguins-pipeline"
+    # The file goes as multipart form data, unchanged.
+    assert b'name="uploadfile"' in upload["body"]
+    assert b"name: penguins-pipeline" in upload["body"]
+    out = capsys.readouterr().out
+    assert "pipeline penguins-pipeline: id pipeline-1, version pipeline-1-v1" in out
+
+    code = _deploy(
+        endpoint,
+        package,
+        "--version_name=v2",
+        "--run",
+        "--experiment=penguins",
+        "--run_name=nightly",
+        "--param=data_root=gs://bucket/penguins",
+        "--run_pipeline_root=gs://bucket/runs",
+        "--wait",
+        "--poll=0.01",
+    )
+    assert code == 0
+    calls = [(r["method"], r["path"]) for r in fake.requests]
+    version = next(r for r in fake.requests if r["path"] == f"{API}/pipelines/upload_version")
+    assert version["query"] == {"name": "v2", "pipelineid": "pipeline-1"}
+    assert ("POST", f"{API}/experiments") in calls
+    run = fake.runs["run-1"]
+    assert run["display_name"] == "nightly" and run["experiment_id"] == "experiment-1"
+    assert run["pipeline_version_reference"] == {
+        "pipeline_id": "pipeline-1",
+        "pipeline_version_id": "pipeline-1-v2",
+    }
+    assert run["runtime_config"]["parameters"] == {"data_root": "gs://bucket/penguins"}
+    assert run["runtime_config"]["pipeline_root"] == "gs://bucket/runs"
+    assert calls.count(("GET", f"{API}/runs/run-1")) == 3
+    # Every request carries the token from the environment, none carries it in its body.
+    assert {r["authorization"] for r in fake.requests} == {f"Bearer {TOKEN}"}
+    assert not any(TOKEN.encode() in r["body"] for r in fake.requests)
+    out = capsys.readouterr().out
+    assert "run run-1 started" in out
+    assert "run run-1: RUNNING" in out and "  Trainer: SUCCEEDED" in out
+    assert out.rstrip().endswith("run run-1 SUCCEEDED")
+
+
+def test_existing_experiment_is_reused(kfp_server, package):
+    fake, endpoint = kfp_server
+    fake.experiments["penguins"] = "experiment-7"
+    assert _deploy(endpoint, package, "--run", "--experiment=penguins") == 0
+    assert fake.runs["run-1"]["experiment_id"] == "experiment-7"
+    assert ("POST", f"{API}/experiments") not in [(r["method"], r["path"]) for r in fake.requests]
+
+
+def test_failed_run_names_the_failed_task(kfp_server, package, capsys):
+    fake, endpoint = kfp_server
+    fake.run_states = ["RUNNING", "FAILED"]
+    code = _deploy(endpoint, package, "--run", "--wait", "--poll=0.01")
+    assert code == run_kubeflow.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "run run-1 ended FAILED; failed: Trainer: pod tfx-trainer OOMKilled" in err
+
+
+def test_rejected_upload_is_one_clear_line(kfp_server, package, capsys):
+    fake, endpoint = kfp_server
+    fake.reject_upload = "Failed to create a pipeline: invalid pipeline spec"
+    assert _deploy(endpoint, package) == run_kubeflow.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: uploading {package} at {endpoint} was rejected: HTTP 400")
+    assert "invalid pipeline spec" in err
+
+
+def test_unreachable_endpoint_names_it(package, capsys, tmp_path):
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    with mock.patch.object(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "context.json")):
+        assert _deploy(endpoint, package) == run_kubeflow.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert f"Kubeflow Pipelines endpoint {endpoint} is unreachable" in err
+    assert "--endpoint" in err
+
+
+def test_missing_endpoint_and_package(package, capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(deploy.ENDPOINT_ENV, raising=False)
+    assert run_kubeflow.main(["deploy", f"--package={package}"]) == run_kubeflow.EXIT_FAILED
+    assert "no Kubeflow Pipelines endpoint" in capsys.readouterr().err
+    missing = tmp_path / "none.yaml"
+    assert run_kubeflow.main(["deploy", f"--package={missing}"]) == run_kubeflow.EXIT_BAD_INPUT
+    assert "run `compile` first" in capsys.readouterr().err
