@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the project's image and its GPU variant, and pushes them with --push. Needs a Docker
+# engine with BuildKit (per-Dockerfile .dockerignore files).
+#   REGISTRY=ghcr.io/you bash kubeflow/build_images.sh [--push] [--tag TAG]
+# Prints the compile flags that use the images.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+registry=${REGISTRY:-}
+tag=${TAG:-$(git rev-parse --short HEAD 2>/dev/null || echo dev)}
+push=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --push) push=true ;;
+    --tag) tag=$2; shift ;;
+    --registry) registry=$2; shift ;;
+    *) echo "build_images.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$registry" ]; then
+  echo "build_images.sh: set REGISTRY (or --registry), e.g. ghcr.io/you or us-docker.pkg.dev/p/r" >&2
+  exit 2
+fi
+if ! command -v docker >/dev/null 2>&1; then
+  echo "build_images.sh: no docker command here; build on a machine with a Docker engine" >&2
+  exit 1
+fi
+
+image="$registry/tfx-scaleout:$tag"
+gpu_image="$registry/tfx-scaleout-gpu:$tag"
+export DOCKER_BUILDKIT=1
+docker build -f kubeflow/Dockerfile -t "$image" .
+docker build -f kubeflow/Dockerfile.gpu -t "$gpu_image" .
+if $push; then
+  docker push "$image"
+  docker push "$gpu_image"
+fi
+echo "images: $image $gpu_image"
+echo "compile with: --image $image --gpu_image $gpu_image --sdk_container_image $image"
