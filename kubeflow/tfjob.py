@@ -83,17 +83,22 @@ def pod_template(settings: TFJobConfig, task_type: str, command: list[str]):
         ),
         volume_mounts=mounts or None,
     )
+    # Only pods that request GPUs go to the GPU pool.
     pool = settings.gpu_pool if resources.gpus else None
+    node_selector = dict(pool.node_selector) if pool and pool.node_selector else None
+    tolerations = (
+        [k8s.V1Toleration(**t.kubernetes()) for t in pool.tolerations]
+        if pool and pool.tolerations
+        else None
+    )
     return k8s.V1PodTemplateSpec(
         metadata=k8s.V1ObjectMeta(labels={"app.kubernetes.io/part-of": "tfx-scaleout"}),
         spec=k8s.V1PodSpec(
             containers=[container],
             volumes=volumes or None,
             service_account_name=settings.service_account or None,
-            node_selector=dict(pool.node_selector) or None if pool else None,
-            tolerations=[k8s.V1Toleration(**t.kubernetes()) for t in pool.tolerations] or None
-            if pool
-            else None,
+            node_selector=node_selector,
+            tolerations=tolerations,
         ),
     )
 
