@@ -1,4 +1,4 @@
-"""A real tf.Transform run of preprocessing_fn on penguin rows, shared by the component tests."""
+"""Real tf.Transform runs (penguin rows; small images) shared by the component tests."""
 
 from __future__ import annotations
 
@@ -80,4 +80,80 @@ def transform_run(tmp_path_factory, penguins_csv, penguins_schema_path):
         "transformed_files": os.path.join(str(out / "transformed"), "part*.gz"),
         "schema": schema,
         "feature_spec": schema_utils.schema_as_feature_spec(schema).feature_spec,
+    }
+
+
+def encode_image(pixels, fmt: str) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format=fmt)
+    return out.getvalue()
+
+
+IMAGE_SIZE = 32
+
+
+@pytest.fixture(scope="session")
+def image_transform_run(tmp_path_factory):
+    """Analyze + transform 24 small images (JPEG and PNG, mixed sizes, grayscale and RGB) of two
+    classes that differ by brightness, with the image preprocessing_fn."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components import image_preprocessing
+
+    out = tmp_path_factory.mktemp("image_transform")
+    rng = np.random.default_rng(0)
+    raw = []
+    for i in range(24):
+        bright = i % 2 == 1
+        shape = [(40, 30, 3), (64, 64), (17, 90), (32, 32, 3)][i % 4]
+        pixels = rng.integers(150, 255, shape) if bright else rng.integers(0, 100, shape)
+        data = encode_image(pixels.astype(np.uint8), "PNG" if i % 3 == 0 else "JPEG")
+        raw.append(
+            {
+                features.IMAGE_KEY: [data],
+                features.IMAGE_LABEL_KEY: [b"bright" if bright else b"dark"],
+            }
+        )
+    feature_spec = {
+        features.IMAGE_KEY: tf.io.VarLenFeature(tf.string),
+        features.IMAGE_LABEL_KEY: tf.io.VarLenFeature(tf.string),
+    }
+    raw_metadata = dataset_metadata.DatasetMetadata(
+        schema_utils.schema_from_feature_spec(feature_spec)
+    )
+    fn = functools.partial(
+        image_preprocessing.preprocessing_fn,
+        custom_config={
+            features.LABEL_KEY_CONFIG: features.IMAGE_LABEL_KEY,
+            features.IMAGE_SIZE_CONFIG: IMAGE_SIZE,
+        },
+    )
+    with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=str(out / "tmp")):
+        raw_pc = pipeline | beam.Create(raw, reshuffle=False)
+        (transformed, transformed_metadata), transform_fn = (
+            raw_pc,
+            raw_metadata,
+        ) | tft_beam.AnalyzeAndTransformDataset(fn, output_record_batches=False)
+        _ = transform_fn | tft_beam.WriteTransformFn(str(out / "transform_fn"))
+        coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
+        _ = (
+            transformed
+            | beam.Map(coder.encode)
+            | beam.io.WriteToTFRecord(
+                str(out / "transformed" / "part"), file_name_suffix=".gz", num_shards=2
+            )
+        )
+    metadata_io.write_metadata(
+        raw_metadata,
+        os.path.join(str(out / "transform_fn"), tft.TFTransformOutput.RAW_METADATA_DIR),
+    )
+    return {
+        "raw": raw,
+        "output": tft.TFTransformOutput(str(out / "transform_fn")),
+        "transformed_files": os.path.join(str(out / "transformed"), "part*.gz"),
     }

@@ -97,3 +97,57 @@ def test_mixed_precision_and_xla_train(transform_run):
     assert hidden[0].compute_dtype == "bfloat16"
     assert keras_model.output.dtype == tf.float32
     assert np.isfinite(history.history["loss"][0])
+
+
+def _train_image_model(image_transform_run, image_model: str):
+    output = image_transform_run["output"]
+    strategy = strategies.make_strategy("mirrored")
+    dataset = model.make_dataset(
+        image_transform_run["transformed_files"],
+        output,
+        features.IMAGE_LABEL_KEY,
+        8,
+        shuffle=True,
+        repeat=True,
+        seed=1,
+    )
+    with strategy.scope():
+        keras_model = model.build_keras_model(
+            output, features.IMAGE_LABEL_KEY, learning_rate=0.005, image_model=image_model
+        )
+    history = keras_model.fit(dataset, steps_per_epoch=15, epochs=3, verbose=0)
+    return keras_model, history.history
+
+
+def test_small_cnn_learns_and_serves_raw_image_bytes(image_transform_run, tmp_path):
+    output = image_transform_run["output"]
+    keras_model, history = _train_image_model(image_transform_run, "small_cnn")
+    assert keras_model.input_shape == {"image_xf": (None, 32, 32, 3)}
+    # The two classes differ by brightness: a few steps separate them.
+    assert history["accuracy"][-1] >= 0.9, history
+    export_dir = str(tmp_path / "export")
+    model.export_serving_model(keras_model, output, features.IMAGE_LABEL_KEY, export_dir)
+    loaded = tf.saved_model.load(export_dir)
+    raw = image_transform_run["raw"]
+    images = tf.constant([row[features.IMAGE_KEY][0] for row in raw])
+    expected = [row[features.IMAGE_LABEL_KEY][0] for row in raw]
+    by_bytes = loaded.signatures[features.IMAGE_SERVING_SIGNATURE](images=images)
+    assert list(by_bytes[features.CLASSES].numpy()) == expected
+    # serving_default takes tf.Examples holding only the image (no label, path or size).
+    examples = tf.constant(
+        [serialize({features.IMAGE_KEY: [row[features.IMAGE_KEY][0]]}) for row in raw]
+    )
+    by_example = loaded.signatures[features.SERVING_SIGNATURE](examples=examples)
+    np.testing.assert_allclose(
+        by_example[features.PROBABILITIES].numpy(),
+        by_bytes[features.PROBABILITIES].numpy(),
+        atol=1e-6,
+    )
+
+
+def test_mobilenet_v2_builds_at_the_transformed_size_and_trains(image_transform_run):
+    keras_model, history = _train_image_model(image_transform_run, "mobilenet_v2")
+    assert keras_model.input_shape == {"image_xf": (None, 32, 32, 3)}
+    assert keras_model.output_shape == (None, 2)
+    assert any("mobilenetv2" in layer.name for layer in keras_model.layers)
+    assert np.isfinite(history["loss"][-1])
