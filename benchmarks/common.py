@@ -1,0 +1,152 @@
+"""What every benchmark module returns, and how the table is printed and peak memory measured.
+
+Each module exposes `run(quick: bool) -> list[Row]`; `python -m benchmarks all` prints one table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One measured figure, ours against the reference's, with its target.
+
+    ratio = ours / reference; higher_is_better says which way the target points (ratio >= target
+    or ratio <= target). target None: reported, not checked. reference None: ours alone (then
+    target, if any, is checked against ours directly).
+    """
+
+    name: str
+    ours: float
+    reference: float | None
+    unit: str
+    target: float | None = None
+    higher_is_better: bool = True
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.reference is None:
+            return None
+        return self.ours / self.reference if self.reference else float("inf")
+
+    @property
+    def passed(self) -> bool | None:
+        if self.target is None:
+            return None
+        value = self.ratio if self.ratio is not None else self.ours
+        return value >= self.target if self.higher_is_better else value <= self.target
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def format_table(rows: list[Row]) -> str:
+    header = ("benchmark", "ours", "reference", "unit", "ratio", "target", "result")
+    lines = []
+    for row in rows:
+        target = "-"
+        if row.target is not None:
+            target = f"{'>=' if row.higher_is_better else '<='} {row.target:g}"
+        result = {None: "-", True: "pass", False: "FAIL"}[row.passed]
+        ratio = "-" if row.ratio is None else f"{row.ratio:.2f}x"
+        lines.append(
+            (row.name, _number(row.ours), _number(row.reference), row.unit, ratio, target, result)
+        )
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *lines, strict=True)]
+    out = [
+        "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+        for cells in (header, *lines)
+    ]
+    notes = [f"  {row.name}: {row.note}" for row in rows if row.note]
+    out.insert(1, "-" * len(out[0]))
+    footer = [f"machine: {os.cpu_count()} CPU core(s)"]
+    return "\n".join(out + ([""] + ["notes:"] + notes if notes else []) + [""] + footer)
+
+
+def _tree_rss_bytes(root_pid: int) -> int:
+    """Resident memory of a process and all its descendants (summed), from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, parent = int(entry), int(fields[1])
+        children.setdefault(parent, []).append(pid)
+        rss[pid] = int(fields[21]) * page
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+@dataclasses.dataclass
+class ProcessResult:
+    seconds: float
+    peak_rss_bytes: int
+    stdout: str
+
+
+def run_measured(
+    command: list[str], *, env: dict | None = None, log_path: str | None = None, interval=0.2
+) -> ProcessResult:
+    """Runs a command in a fresh process; wall time and peak RSS summed over its process tree
+    (Beam's multi-processing workers included), sampled every `interval` seconds."""
+    log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=log, text=True, cwd=PROJECT_ROOT
+    )
+    peak = 0
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss_bytes(process.pid))
+            done.wait(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, _ = process.communicate()
+    seconds = time.monotonic() - started
+    done.set()
+    sampler.join()
+    if log_path:
+        log.close()
+    if process.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(command)} failed with exit code {process.returncode}"
+            + (f"; log: {log_path}" if log_path else "")
+        )
+    return ProcessResult(seconds, peak, stdout)
+
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = sys.executable
+
+
+def child_env() -> dict:
+    return dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
