@@ -29,6 +29,12 @@ class DeployError(RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Connection:
+    client: object  # kfp.Client
+    endpoint: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Deployment:
     pipeline_id: str
     version_id: str
@@ -60,7 +66,7 @@ def _network_errors() -> tuple[type[Exception], ...]:
     return (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
-def connect(endpoint: str | None, namespace: str | None = None, environ=os.environ):
+def connect(endpoint: str | None, namespace: str | None = None, environ=os.environ) -> Connection:
     """A kfp.Client for the endpoint, with the token from the environment when there is one."""
     import kfp
 
@@ -77,12 +83,14 @@ def connect(endpoint: str | None, namespace: str | None = None, environ=os.envir
         raise DeployError(
             f"Kubeflow Pipelines endpoint {endpoint} is not healthy: {error}"
         ) from error
-    return client
+    return Connection(client=client, endpoint=endpoint)
 
 
-def upload(client, package_path: str, pipeline_name: str, version_name: str) -> Deployment:
+def upload(
+    connection: Connection, package_path: str, pipeline_name: str, version_name: str
+) -> Deployment:
     """Uploads the pipeline, or a new version of it when a pipeline of that name exists."""
-    endpoint = client._existing_config.host
+    client, endpoint = connection.client, connection.endpoint
     try:
         pipeline_id = client.get_pipeline_id(pipeline_name)
         if pipeline_id is None:
@@ -107,14 +115,14 @@ def upload(client, package_path: str, pipeline_name: str, version_name: str) -> 
 
 
 def start_run(
-    client,
+    connection: Connection,
     deployment: Deployment,
     experiment: str,
     run_name: str,
     parameters: dict | None = None,
     pipeline_root: str | None = None,
 ) -> Deployment:
-    endpoint = client._existing_config.host
+    client, endpoint = connection.client, connection.endpoint
     try:
         experiment_id = client.create_experiment(experiment).experiment_id
         run = client.run_pipeline(
@@ -132,7 +140,7 @@ def start_run(
 
 
 def wait(
-    client,
+    connection: Connection,
     run_id: str,
     timeout_seconds: float = 0,
     poll_seconds: float = 15,
@@ -141,7 +149,7 @@ def wait(
 ) -> str:
     """Follows a run to its end, one progress line per change (run state, each task's state);
     returns SUCCEEDED or raises DeployError naming the failed tasks."""
-    endpoint = client._existing_config.host
+    client, endpoint = connection.client, connection.endpoint
     started = clock()
     reported: dict[str, str] = {}
     while True:

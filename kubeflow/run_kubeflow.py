@@ -272,13 +272,13 @@ def run_deploy(args: argparse.Namespace, out) -> int:
         spec = next(yaml.safe_load_all(handle))
     name = args.pipeline_name or spec["pipelineInfo"]["name"]
     version = args.version_name or deploy.default_version_name()
-    client = deploy.connect(args.endpoint, args.namespace)
-    deployment = deploy.upload(client, args.package, name, version)
+    connection = deploy.connect(args.endpoint, args.namespace)
+    deployment = deploy.upload(connection, args.package, name, version)
     out.write(f"pipeline {name}: id {deployment.pipeline_id}, version {deployment.version_id}\n")
     if not args.run:
         return 0
     deployment = deploy.start_run(
-        client,
+        connection,
         deployment,
         experiment=args.experiment,
         run_name=args.run_name or f"{name}-{version}",
@@ -288,7 +288,7 @@ def run_deploy(args: argparse.Namespace, out) -> int:
     out.write(f"run {deployment.run_id} started\n")
     if args.wait:
         state = deploy.wait(
-            client, deployment.run_id, timeout_seconds=args.timeout, poll_seconds=args.poll
+            connection, deployment.run_id, timeout_seconds=args.timeout, poll_seconds=args.poll
         )
         out.write(f"run {deployment.run_id} {state}\n")
     return 0
