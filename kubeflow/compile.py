@@ -152,6 +152,12 @@ def _set_tfjob_launcher(trainer, kubeflow: KubeflowConfig) -> None:
     trainer.exec_properties["custom_config"] = json.dumps(custom_config, sort_keys=True)
 
 
+def _reads_raw_data(component) -> bool:
+    from tfx.types import standard_component_specs
+
+    return standard_component_specs.INPUT_BASE_KEY in component.exec_properties
+
+
 def gpu_executors(pipeline_spec: dict) -> list[str]:
     executors = pipeline_spec["deploymentSpec"]["executors"]
     return sorted(
@@ -224,6 +230,14 @@ def compile_pipeline(
     root_inputs[DATA_ROOT_PARAMETER]["defaultValue"] = config.dataset.data_root
     # The KFP API reads the pipeline root from the spec (a run may override it).
     pipeline_spec["defaultPipelineRoot"] = config.pipeline_root
+    # Locally, ExampleGen's driver fingerprints the input files, so new data under the same
+    # data_root is read again. KFP caches by parameters alone and runs no TFX driver: it would
+    # reuse the old examples. Ingestion therefore always runs (the tasks after it are cached
+    # only when their inputs are unchanged).
+    for component in tfx_pipeline.components:
+        if component.id in pipeline_spec["root"]["dag"]["tasks"] and _reads_raw_data(component):
+            task = pipeline_spec["root"]["dag"]["tasks"][component.id]
+            task["cachingOptions"] = {"enableCache": False}
     documents = [pipeline_spec]
     platform = platform_spec(pipeline_spec, kubeflow)
     if platform:

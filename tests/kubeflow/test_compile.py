@@ -246,3 +246,12 @@ def test_user_csv_with_curated_schema_reads_columns_in_schema_order(tmp_path):
     outside.write_text("")
     with pytest.raises(compiler.ConfigError, match="local file the cluster cannot read"):
         compiler.image_path(str(outside))
+
+
+def test_ingestion_is_never_taken_from_the_kfp_cache(flink_gpu):
+    """KFP caches by parameters and runs no ExampleGen driver (which fingerprints the files
+    locally): new data under the same data_root must be read again."""
+    spec, _, _ = flink_gpu
+    tasks = spec.root.dag.tasks
+    assert not tasks["CsvExampleGen"].caching_options.enable_cache
+    assert all(tasks[name].caching_options.enable_cache for name in ("Transform", "Trainer"))
