@@ -1,7 +1,11 @@
 """Compile the pipeline for Kubeflow Pipelines v2: the same create_pipeline(config) as the local
 runner, compiled with TFX's KubeflowV2DagRunner, then written as a KFP pipeline file.
 
-What is added to the pipeline create_pipeline() returns (nothing in pipeline/ changes):
+The config differs from a local run's only where Kubeflow needs it: data_root becomes a runtime
+parameter of the compiled pipeline, and the Evaluator's baseline comes from TFX's own
+LatestBlessedModelStrategy (baseline_strategy="latest_blessed"; the v2 compiler turns only
+TFX's strategies into KFP resolver tasks). What is added to the pipeline create_pipeline()
+returns:
   - per-component resources as each component's platform config (a KFP ResourceSpec: CPU and
     memory limits and requests, `nvidia.com/gpu` for the Trainer), which the compiler copies
     into the container spec;
@@ -195,9 +199,9 @@ def compile_pipeline(
 ) -> dict[str, object]:
     """Writes the KFP pipeline file; returns the PipelineSpec (and PlatformSpec) as dicts."""
     import yaml
-    from tfx.dsl.components.base.base_component import BaseComponent  # noqa: F401
     from tfx.orchestration import data_types
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
+    from tfx.orchestration.kubeflow.v2.pipeline_builder import DEFAULT_IMAGE_PATH_KEY
 
     from pipeline import builder
 
@@ -212,7 +216,7 @@ def compile_pipeline(
         baseline_strategy="latest_blessed",
     )
     tfx_pipeline = attach_platform(builder.create_pipeline(runtime_config), config, kubeflow)
-    images = {v2._DEFAULT_IMAGE_PATH_KEY: kubeflow.image, TRAINER_ID: kubeflow.gpu_image}
+    images = {DEFAULT_IMAGE_PATH_KEY: kubeflow.image, TRAINER_ID: kubeflow.gpu_image}
     runner = v2.KubeflowV2DagRunner(
         config=v2.KubeflowV2DagRunnerConfig(
             display_name=config.pipeline_name,
