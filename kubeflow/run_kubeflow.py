@@ -120,7 +120,7 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--beam_workers", type=int, default=1)
     parser.add_argument("--beam_arg", action="append", default=[])
-    beam_runners.add_flags(parser)
+    beam_runners.add_flags(parser, local=False)
 
 
 def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:

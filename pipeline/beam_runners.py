@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from pipeline.config import BEAM_RUNNERS, PORTABLE_ENVIRONMENTS, BeamConfig
+from pipeline.config import BEAM_RUNNERS, PORTABLE_ENVIRONMENTS, BeamConfig, ConfigError
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
+def add_flags(parser: argparse.ArgumentParser, local: bool = True) -> None:
+    """local: the runner keeps data, outputs and MLMD on this machine (run_local.py)."""
+    parser.set_defaults(beam_runner_local=local)
     group = parser.add_argument_group(
         "Beam runner (ExampleGen, StatisticsGen, Transform, Evaluator)"
     )
@@ -73,6 +75,12 @@ def beam_config(args: argparse.Namespace, direct: BeamConfig) -> BeamConfig:
     --beam_arg extras) made by the caller, kept as is for --beam_runner direct."""
     if args.beam_runner == "direct":
         return direct
+    if args.beam_runner == "dataflow" and getattr(args, "beam_runner_local", False):
+        raise ConfigError(
+            "invalid configuration: beam.runner dataflow reads and writes gs:// only, and the "
+            "local runner keeps data, outputs and MLMD on this machine; compile the pipeline "
+            "for Kubeflow instead (kubeflow/run_kubeflow.py compile --beam_runner dataflow ...)"
+        )
     return dataclasses.replace(
         direct,
         runner=args.beam_runner,

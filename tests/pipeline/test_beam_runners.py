@@ -18,7 +18,7 @@ IMAGE = "registry.example.com/tfx-scaleout:1.0"
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    beam_runners.add_flags(parser)
+    beam_runners.add_flags(parser, local=False)
     return parser.parse_args(argv)
 
 
@@ -196,3 +196,21 @@ def test_run_local_flags_reach_the_config(capsys, tmp_path):
         "--job_endpoint=js:8099",
         "--environment_type=LOOPBACK",
     ]
+
+
+def test_run_local_refuses_dataflow_with_the_way_to_use_it(capsys, tmp_path):
+    code = run_local.main(
+        [
+            "--beam_runner=dataflow",
+            "--dataflow_project=p",
+            "--dataflow_region=r",
+            "--dataflow_temp_location=gs://b/t",
+            f"--sdk_container_image={IMAGE}",
+            "--output_root",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert code == run_local.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "beam.runner dataflow reads and writes gs:// only" in err
+    assert "kubeflow/run_kubeflow.py compile --beam_runner dataflow" in err
