@@ -118,11 +118,8 @@ def timed(command: list[str], env: dict, log_path: str) -> float:
     return seconds
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work_dir", default=None, help="default: a new temporary directory")
-    args = parser.parse_args(argv)
-    work_dir = args.work_dir or tempfile.mkdtemp(prefix="penguin-bench-")
+def measure(work_dir: str) -> tuple[dict, int]:
+    """Wall seconds per (ours|reference, cold|warm), and the reference's row count."""
     ours_dir = os.path.join(work_dir, "ours")
     reference_dir = os.path.join(work_dir, "reference")
     for path in (ours_dir, reference_dir):
@@ -148,7 +145,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {name} {phase} ... (log: {log_path})", flush=True)
             times[name, phase] = timed(command, env, log_path)
             print(f"  {times[name, phase]:.1f} s", flush=True)
+    return times, rows
 
+
+TARGETS = (("cold", "cold", "cold", 0.5), ("warm vs cold", "warm", "cold", 0.1))
+
+
+def run(quick: bool, work_dir: str | None = None) -> list:
+    """Rows for `python -m benchmarks all` (the caller skips this one in --quick)."""
+    from benchmarks.common import Row
+
+    del quick  # one size only: the whole pipeline on penguins, cold then warm
+    times, _ = measure(work_dir or tempfile.mkdtemp(prefix="penguin-bench-"))
+    return [
+        Row(
+            f"penguin pipeline {label} vs TFX example cold",
+            times["ours", ours],
+            times["reference", reference],
+            "s",
+            target,
+            higher_is_better=False,
+        )
+        for label, ours, reference, target in TARGETS
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--work_dir", default=None, help="default: a new temporary directory")
+    args = parser.parse_args(argv)
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="penguin-bench-")
+    times, rows = measure(work_dir)
     ref_cold = times["reference", "cold"]
     print(
         f"\nmachine: {os.cpu_count()} CPU core(s); reference on {rows} penguin rows, "

@@ -149,6 +149,49 @@ def strategy_throughput(examples_uri, transform_graph, steps, work_dir) -> dict[
     return results
 
 
+def run(quick: bool, work_dir: str | None = None) -> list:
+    """Rows for `python -m benchmarks all`; --quick: fewer steps and no per-strategy runs."""
+    from benchmarks.common import Row
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    work_dir = work_dir or tempfile.mkdtemp(prefix="train-bench-")
+    steps = 200 if quick else 1000
+    examples_uri, transform_graph = transformed_data(work_dir)
+    bound = input_bound_ratio(examples_uri, transform_graph, steps)
+    rows = [
+        Row(
+            "penguin step time, real input / cached batch",
+            bound["real_step_ms"],
+            bound["synthetic_step_ms"],
+            "ms/step",
+            INPUT_BOUND_TARGET,
+            higher_is_better=False,
+        ),
+        Row(
+            "penguin input pipeline vs model rate",
+            GLOBAL_BATCH * 1000 / bound["input_only_step_ms"],
+            GLOBAL_BATCH * 1000 / bound["synthetic_step_ms"],
+            "examples/s",
+            2.0,
+        ),
+    ]
+    if not quick:
+        for name, result in strategy_throughput(
+            examples_uri, transform_graph, steps, work_dir
+        ).items():
+            rows.append(
+                Row(
+                    f"training {name}",
+                    result["examples_per_second"],
+                    None,
+                    "examples/s",
+                    note=result["measured"],
+                )
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work_dir", default=None)
