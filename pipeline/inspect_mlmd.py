@@ -11,7 +11,17 @@ RUN is a pipeline run id as `runs` lists it (or its row number, 1 = oldest; defa
 Every subcommand takes --json. The store: --metadata FILE (SQLite), or --pipeline NAME under
 --output_root (default ./tfx_output; found automatically when there is one pipeline), or MySQL
 (--mysql_host/--mysql_port/--mysql_database; user and password from MLMD_MYSQL_USER and
-MLMD_MYSQL_PASSWORD, never from flags). Only ml-metadata's public, read-only API is used.
+MLMD_MYSQL_PASSWORD, never from flags), or an MLMD gRPC server (--grpc_host/--grpc_port, e.g.
+Kubeflow's metadata-grpc-service). Only ml-metadata's public, read-only API is used.
+
+Two record layouts are understood, and told apart by the types the store holds (--schema forces
+one): TFX's own orchestrators (LocalDagRunner: a `pipeline_run` context per run, a `node` context
+per component) and Kubeflow Pipelines v2, whose driver and launcher record a `system.PipelineRun`
+context per run (named by the KFP run id, child of a `system.Pipeline` context named by the
+pipeline), a `system.ContainerExecution` per task (custom property `task_name`: the TFX component
+id), a `system.DAGExecution` for the run's root DAG, and artifact types named by their schema
+title (`tfx.Examples`, shown as `Examples`). On a Kubeflow store, --pipeline NAME keeps that
+pipeline's runs only.
 """
 
 from __future__ import annotations
@@ -33,6 +43,31 @@ from pipeline import config as config_lib
 State = metadata_store_pb2.Execution.State
 INPUT_EVENTS = (metadata_store_pb2.Event.INPUT, metadata_store_pb2.Event.DECLARED_INPUT)
 OUTPUT_EVENTS = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
+
+
+TFX_SCHEMA = "tfx"
+KFP_SCHEMA = "kfp"
+KFP_PIPELINE_CONTEXT = "system.Pipeline"
+KFP_RUN_CONTEXT = "system.PipelineRun"
+KFP_DAG_EXECUTION = "system.DAGExecution"
+# TFX's own artifact types reach KFP as schema titles "tfx.<type name>".
+KFP_TFX_TYPE_PREFIX = "tfx."
+# Custom properties KFP writes per task attempt (its pod, cache bookkeeping, session info): they
+# differ between any two runs, so `diff` leaves them out.
+KFP_RUN_SPECIFIC_PROPERTIES = frozenset(
+    {
+        "pod_name",
+        "pod_uid",
+        "cache_fingerprint",
+        "cached_execution_id",
+        "parent_dag_id",
+        "store_session_info",
+        "driver_logs_uri",
+    }
+)
+# Kubeflow's metadata-grpc-service can be slow on a large store, but should not hang forever.
+GRPC_TIMEOUT_SEC = 60.0
+GRPC_MAX_MESSAGE_BYTES = 100 * 1024 * 1024
 
 
 class InspectError(RuntimeError):
@@ -62,6 +97,14 @@ def mysql_config(host: str, port: int, database: str) -> metadata_store_pb2.Conn
     return config
 
 
+def grpc_config(host: str, port: int) -> metadata_store_pb2.MetadataStoreClientConfig:
+    """An MLMD gRPC server, e.g. Kubeflow's metadata-grpc-service (port 8080)."""
+    config = metadata_store_pb2.MetadataStoreClientConfig(host=host, port=port)
+    config.client_timeout_sec = GRPC_TIMEOUT_SEC
+    config.channel_arguments.max_receive_message_length = GRPC_MAX_MESSAGE_BYTES
+    return config
+
+
 def find_sqlite(output_root: str, pipeline_name: str | None) -> str:
     if pipeline_name:
         return os.path.join(output_root, pipeline_name, "metadata.sqlite")
@@ -79,20 +122,31 @@ def find_sqlite(output_root: str, pipeline_name: str | None) -> str:
 
 
 def open_store(source) -> metadata_store.MetadataStore:
-    """source: a SQLite file path (opened read-only) or an ml-metadata ConnectionConfig."""
-    if isinstance(source, metadata_store_pb2.ConnectionConfig):
+    """source: a SQLite file path (opened read-only), an ml-metadata ConnectionConfig or a
+    MetadataStoreClientConfig (gRPC)."""
+    if isinstance(
+        source,
+        (metadata_store_pb2.ConnectionConfig, metadata_store_pb2.MetadataStoreClientConfig),
+    ):
         return connect(source)
     return connect(sqlite_config(source))
 
 
-def connect(config: metadata_store_pb2.ConnectionConfig) -> metadata_store.MetadataStore:
+def _where(config) -> str:
+    if isinstance(config, metadata_store_pb2.MetadataStoreClientConfig):
+        return f"grpc://{config.host}:{config.port}"
+    return config.sqlite.filename_uri or (
+        f"mysql://{config.mysql.host}:{config.mysql.port}/{config.mysql.database}"
+    )
+
+
+def connect(config) -> metadata_store.MetadataStore:
+    """config: an ml-metadata ConnectionConfig (SQLite, MySQL) or MetadataStoreClientConfig."""
     try:
         store = metadata_store.MetadataStore(config)
         store.get_context_types()  # touches the schema: a corrupt file fails here
     except (mlmd_errors.StatusError, RuntimeError) as error:
-        where = config.sqlite.filename_uri or (
-            f"mysql://{config.mysql.host}:{config.mysql.port}/{config.mysql.database}"
-        )
+        where = _where(config)
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
         raise InspectError(f"cannot open the MLMD store at {where}: {first_line}") from error
     return store
@@ -133,17 +187,55 @@ def _properties(node) -> dict:
     return values
 
 
+def detect_schema(store: metadata_store.MetadataStore) -> str:
+    """TFX_SCHEMA when the store holds runs of TFX's own orchestrators, else KFP_SCHEMA when it
+    holds Kubeflow Pipelines v2 runs; TFX_SCHEMA for a store with neither."""
+    context_types = {t.name for t in store.get_context_types()}
+    if "pipeline_run" in context_types and store.get_contexts_by_type("pipeline_run"):
+        return TFX_SCHEMA
+    if KFP_RUN_CONTEXT in context_types and store.get_contexts_by_type(KFP_RUN_CONTEXT):
+        return KFP_SCHEMA
+    return TFX_SCHEMA
+
+
 @dataclasses.dataclass
 class Store:
     store: metadata_store.MetadataStore
+    # TFX_SCHEMA, KFP_SCHEMA, or "auto": detected from the store's types.
+    schema: str = "auto"
+    # KFP_SCHEMA only: the runs of this pipeline (a Kubeflow store holds every pipeline's runs).
+    pipeline: str | None = None
 
     def __post_init__(self):
+        if self.schema == "auto":
+            self.schema = detect_schema(self.store)
+        if self.schema not in (TFX_SCHEMA, KFP_SCHEMA):
+            raise InspectError(f"unknown schema {self.schema!r}; one of tfx, kfp, auto")
         self.nodes = {c.id: c.name for c in self.store.get_contexts_by_type("node")}
-        self.artifact_types = {t.id: t.name for t in self.store.get_artifact_types()}
+        self.artifact_types = {
+            t.id: self._artifact_type_name(t.name) for t in self.store.get_artifact_types()
+        }
         self.execution_types = {t.id: t.name for t in self.store.get_execution_types()}
+        self.run_specific_properties = (
+            KFP_RUN_SPECIFIC_PROPERTIES if self.schema == KFP_SCHEMA else frozenset()
+        )
+
+    def _artifact_type_name(self, name: str) -> str:
+        if self.schema == KFP_SCHEMA and name.startswith(KFP_TFX_TYPE_PREFIX):
+            return name[len(KFP_TFX_TYPE_PREFIX) :]
+        return name
 
     def runs(self) -> list:
-        return sorted(self.store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
+        if self.schema == TFX_SCHEMA:
+            return sorted(self.store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
+        runs = self.store.get_contexts_by_type(KFP_RUN_CONTEXT)
+        if self.pipeline:
+            pipeline = self.store.get_context_by_type_and_name(KFP_PIPELINE_CONTEXT, self.pipeline)
+            if pipeline is None:
+                raise InspectError(f"no Kubeflow pipeline named {self.pipeline!r} in the store")
+            children = {c.id for c in self.store.get_children_contexts_by_context(pipeline.id)}
+            runs = [r for r in runs if r.id in children]
+        return sorted(runs, key=lambda c: c.id)
 
     def run(self, key: str | None):
         runs = self.runs()
@@ -157,6 +249,12 @@ class Store:
         raise InspectError(f"unknown run {key!r}; `runs` lists {len(runs)} run(s)")
 
     def node_of(self, execution) -> str:
+        if self.schema == KFP_SCHEMA:
+            return (
+                custom_value(execution, "task_name")
+                or custom_value(execution, "display_name")
+                or self.execution_types.get(execution.type_id, "?")
+            )
         for context in self.store.get_contexts_by_execution(execution.id):
             if context.id in self.nodes:
                 return self.nodes[context.id].rsplit(".", 1)[-1]
@@ -169,7 +267,24 @@ class Store:
         return inputs, outputs
 
     def executions(self, run) -> list:
-        return sorted(self.store.get_executions_by_context(run.id), key=lambda e: e.id)
+        """A run's component executions, oldest first. On Kubeflow, without the DAG executions:
+        its driver never marks the root DAG's execution complete."""
+        executions = self.store.get_executions_by_context(run.id)
+        if self.schema == KFP_SCHEMA:
+            executions = [
+                e for e in executions if self.execution_types.get(e.type_id) != KFP_DAG_EXECUTION
+            ]
+        return sorted(executions, key=lambda e: e.id)
+
+    def execution_properties(self, execution) -> dict:
+        """An execution's parameters and properties. KFP records a task's input parameters (the
+        TFX component's exec properties: input_base, train_args, ...) as one struct, `inputs`;
+        they are listed as properties of their own, as TFX's orchestrators record them."""
+        values = _properties(execution)
+        if self.schema == KFP_SCHEMA and isinstance(values.get("inputs"), dict):
+            parameters = values.pop("inputs")
+            values.update(parameters)
+        return values
 
     def node_states_by_run(self) -> dict[str, dict[str, str]]:
         """{pipeline run id: {node id: execution state (COMPLETE, CACHED, FAILED, ...)}}, oldest
@@ -226,7 +341,7 @@ def _disk_size(uri: str) -> int | None:
 def describe_runs(db: Store) -> list[dict]:
     rows = []
     for index, run in enumerate(db.runs(), start=1):
-        executions = db.store.get_executions_by_context(run.id)
+        executions = db.executions(run)
         states = [State.Name(e.last_known_state) for e in executions]
         if "FAILED" in states:
             status = "FAILED"
@@ -269,7 +384,7 @@ def describe_executions(db: Store, run) -> list[dict]:
                 ),
                 "inputs": inputs,
                 "outputs": outputs,
-                "properties": _properties(execution),
+                "properties": db.execution_properties(execution),
             }
         )
     return sorted(rows, key=lambda r: r["execution"])
@@ -327,7 +442,7 @@ def lineage(db: Store, artifact_id: int) -> dict:
             "component": db.node_of(execution),
             "inputs": [upstream(db.artifact(i), seen | {producer}) for i in inputs],
         }
-        source = _properties(execution).get("input_base")
+        source = db.execution_properties(execution).get("input_base")
         if source:  # ExampleGen: the raw data directory
             node["produced_by"]["source"] = source
         return node
@@ -424,7 +539,7 @@ def diff_runs(db: Store, run_a, run_b) -> list[dict]:
                 changes.append(
                     {"component": component, "change": field, "a": left[field], "b": right[field]}
                 )
-        keys = set(left["properties"]) | set(right["properties"])
+        keys = (set(left["properties"]) | set(right["properties"])) - db.run_specific_properties
         for key in sorted(keys):
             if left["properties"].get(key) != right["properties"].get(key):
                 changes.append(
@@ -483,11 +598,24 @@ def parse_args(argv):
         prog="python -m pipeline.inspect_mlmd", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--output_root", default=config_lib.default_output_root())
-    parser.add_argument("--pipeline", default=None, help="pipeline name under --output_root")
+    parser.add_argument(
+        "--pipeline",
+        default=None,
+        help="pipeline name under --output_root; on a Kubeflow store, its runs only",
+    )
     parser.add_argument("--metadata", default=None, help="SQLite MLMD file")
     parser.add_argument("--mysql_host", default=None)
     parser.add_argument("--mysql_port", type=int, default=3306)
     parser.add_argument("--mysql_database", default="metadb")
+    parser.add_argument("--grpc_host", default=None, help="MLMD gRPC server (Kubeflow)")
+    parser.add_argument("--grpc_port", type=int, default=8080)
+    parser.add_argument(
+        "--schema",
+        choices=["auto", TFX_SCHEMA, KFP_SCHEMA],
+        default="auto",
+        help="whose records to read: TFX's orchestrators or Kubeflow Pipelines v2 (default: "
+        "detected from the store)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("runs", help="pipeline runs: time, status, executed vs cached")
@@ -508,11 +636,15 @@ def parse_args(argv):
 
 
 def run(args, out) -> None:
-    if args.mysql_host:
+    if args.grpc_host and args.mysql_host:
+        raise InspectError("--grpc_host and --mysql_host both name a store; pass one")
+    if args.grpc_host:
+        config = grpc_config(args.grpc_host, args.grpc_port)
+    elif args.mysql_host:
         config = mysql_config(args.mysql_host, args.mysql_port, args.mysql_database)
     else:
         config = sqlite_config(args.metadata or find_sqlite(args.output_root, args.pipeline))
-    db = Store(connect(config))
+    db = Store(connect(config), schema=args.schema, pipeline=args.pipeline)
     if args.command == "runs":
         result = describe_runs(db)
         columns = ["row", "run", "start", "end", "status", "executed", "cached", "failed"]
