@@ -41,6 +41,14 @@ class _StepsWithoutAutograph(keras.Model):
         return super().predict_step(data)
 
 
+def compression_of(path):
+    """TFRecord compression from the file name, as Beam's AUTO does: gzip for '.gz', else none
+    (image payloads are written uncompressed: JPEG bytes and pixels barely compress)."""
+    if isinstance(path, str):
+        return "GZIP" if path.endswith(".gz") else ""
+    return tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
+
+
 def make_dataset(
     file_pattern: str | Sequence[str],
     tf_transform_output: tft.TFTransformOutput,
@@ -63,7 +71,7 @@ def make_dataset(
     """
     files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle, seed=seed)
     dataset = files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP"),
+        lambda path: tf.data.TFRecordDataset(path, compression_type=compression_of(path)),
         cycle_length=tf.data.AUTOTUNE,
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=not shuffle,

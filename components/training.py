@@ -152,8 +152,14 @@ class SteadyStateTimer(keras.callbacks.Callback):
 
 
 def count_records(files: list[str]) -> int:
-    dataset = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1).numpy())
+    return sum(
+        int(
+            tf.data.TFRecordDataset(path, compression_type=model.compression_of(path))
+            .reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+            .numpy()
+        )
+        for path in files
+    )
 
 
 def shard_policy_for(task: TrainTask, num_files: int, num_workers: int):

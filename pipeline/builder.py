@@ -42,6 +42,7 @@ from pipeline.config import PipelineConfig
 
 PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
 IMAGE_PREPROCESSING_FN = "components.image_preprocessing.preprocessing_fn"
+IMAGE_TRANSFORM_BATCH_SIZE = 128
 RUN_FN = "components.model.run_fn"
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
@@ -50,6 +51,15 @@ class ShardedTransform(Transform):
     """TFX Transform writing custom_config['num_output_shards'] TFRecord shards."""
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(transform_executor.Executor)
+
+
+def image_transform_config(image_size: int) -> dict:
+    """Transform settings for images: the resize target, and small batches (tf.Transform's
+    default of 10,000 rows would hold 10,000 decoded images in memory at once)."""
+    return {
+        features.IMAGE_SIZE_CONFIG: image_size,
+        transform_executor.BATCH_SIZE_CONFIG_KEY: IMAGE_TRANSFORM_BATCH_SIZE,
+    }
 
 
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
@@ -121,7 +131,7 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         custom_config={
             features.LABEL_KEY_CONFIG: dataset.label_key,
             transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
-            **({features.IMAGE_SIZE_CONFIG: dataset.image_size} if dataset.is_images else {}),
+            **(image_transform_config(dataset.image_size) if dataset.is_images else {}),
         },
         # Pre/post-transform statistics double Transform's time; StatisticsGen already
         # describes the raw data and ExampleValidator checks it.

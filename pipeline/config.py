@@ -290,6 +290,8 @@ class PipelineConfig:
     # Fraction of rows that go to the train split (hash buckets out of 100).
     train_fraction: float = 0.75
     example_shards: int = 4
+    # 0: no fixed count; Transform streams each bundle to its own file without grouping (flat
+    # memory with large examples: the default for images).
     transform_shards: int = 4
     # ExampleGen fails when more than this fraction of rows is rejected (0: any reject fails).
     max_rejected_fraction: float = 0.0
@@ -336,9 +338,15 @@ class PipelineConfig:
             "train_fraction",
             f"must be between 0.01 and 0.99, got {self.train_fraction}",
         )
-        for name in ("example_shards", "transform_shards"):
-            value = getattr(self, name)
-            _require(value >= 1, name, f"must be >= 1, got {value}")
+        _require(
+            self.example_shards >= 1, "example_shards", f"must be >= 1, got {self.example_shards}"
+        )
+        _require(
+            self.transform_shards >= 0,
+            "transform_shards",
+            f"must be >= 0 (0: streaming, the runner decides the files), got "
+            f"{self.transform_shards}",
+        )
         _require(
             0.0 <= self.max_rejected_fraction < 1.0,
             "max_rejected_fraction",
@@ -403,7 +411,7 @@ class PipelineConfig:
         )
         if training.shard_policy == "file":
             _require(
-                training.workers <= self.transform_shards,
+                0 < training.workers <= self.transform_shards,
                 "training.shard_policy",
                 f"'file' needs at least as many Transform shards as workers: "
                 f"{self.transform_shards} shard(s) for {training.workers} worker(s)",

@@ -94,8 +94,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--transform_shards",
         type=int,
-        default=defaults["transform_shards"].default,
-        help="TFRecord shards per split written by Transform",
+        default=None,
+        help=f"TFRecord shards per split written by Transform (default "
+        f"{defaults['transform_shards'].default}; images: 0, streaming: the runner decides the "
+        "files and memory stays flat)",
     )
     parser.add_argument(
         "--max_rejected_fraction",
@@ -260,7 +262,9 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
         ),
         train_fraction=args.train_fraction,
         example_shards=args.example_shards,
-        transform_shards=args.transform_shards,
+        transform_shards=args.transform_shards
+        if args.transform_shards is not None
+        else (0 if dataset.is_images else config_lib.PipelineConfig.transform_shards),
         max_rejected_fraction=args.max_rejected_fraction,
         accuracy_threshold=args.accuracy_threshold,
         enable_cache=not args.no_cache,

@@ -1,18 +1,23 @@
 """Image ExampleGen executor: a folder of class sub-folders -> hash-split, N-shard gzip TFRecords
 of tf.Examples (encoded image bytes, class name, label id, source path, height, width).
 
-Listing, reading and validation run in Beam (one element per class folder, then one per file,
-spread over the workers), not in a loop in the driver. Every file is accounted for:
-files found = examples written + files rejected; the rejected are written with their reasons to
-rejected_files/rejected.jsonl and the counts, the label vocabulary and the per-class counts are
-custom properties of the Examples artifact (visible in MLMD). The run fails when more than
-max_rejected_fraction of the files are rejected (default 0: any reject fails, listing them).
+Listing, reading, validation and writing run in Beam, not in a loop in the driver: one element
+per class folder is listed, each file is assigned its split (hash of its path) and output shard,
+the paths are grouped per shard, and each shard's files are read, validated and written by one
+task, streaming: memory does not grow with the number or size of the images.
+
+Every file is accounted for: files found = examples written + files rejected. The rejected
+are written with their reasons to rejected_files/rejected.jsonl; the counts, the label
+vocabulary and the per-class counts are custom properties of the Examples artifact (visible in
+MLMD). The run fails when more than max_rejected_fraction of the files are rejected (default 0:
+any reject fails, listing them).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from typing import Any
 
 import apache_beam as beam
@@ -58,63 +63,92 @@ class _ListClassFolder(beam.DoFn):
             yield path, class_name, label
 
 
-class _FileToExample(beam.DoFn):
-    """Reads and validates one file -> its serialized tf.Example tagged with its split, or a
-    rejected-file JSON line (tag 'rejected')."""
+class _AssignShard(beam.DoFn):
+    """(path, class, label) -> ((split, shard), (path, class, label)). Both come from the path
+    alone, so files (not their bytes) are what Beam groups: memory stays flat with the count."""
 
-    def __init__(self, input_base: str, split_names: list[str], split_buckets: list[int]):
+    def __init__(self, input_base: str, split_names: list[str], buckets: list[int], shards: int):
         self._input_base = input_base
         self._split_names = split_names
-        self._split_buckets = split_buckets
+        self._buckets = buckets
+        self._shards = shards
         self._found = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "files_found")
+
+    def process(self, element: tuple[str, str, int]):
+        self._found.inc()
+        relative = os.path.relpath(element[0], self._input_base)
+        split = self._split_names[reader.split_index(relative, self._buckets)]
+        yield (split, reader.shard_index(relative, self._shards)), element
+
+
+class _WriteShard(beam.DoFn):
+    """One output shard: reads and validates its files in path order and writes the valid ones
+    as tf.Examples to <split dir>/data_tfrecord-<shard>-of-<N>.gz (a temporary name, renamed
+    when complete, so a retried or killed worker never leaves a half-written shard). Rejected
+    files go out as JSON lines (tag 'rejected')."""
+
+    def __init__(self, input_base: str, split_uris: dict[str, str], shards: int):
+        self._input_base = input_base
+        self._split_uris = split_uris
+        self._shards = shards
         self._rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "files_rejected")
         self._written = {
             name: beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"examples_{name}")
-            for name in split_names
+            for name in split_uris
         }
 
-    def process(self, element: tuple[str, str, int]):
-        path, class_name, label = element
-        self._found.inc()
-        relative = os.path.relpath(path, self._input_base)
-        try:
-            with fileio.open(path, "rb") as handle:
-                data = handle.read()
-            facts = reader.validate_image(path, data)
-        except (ValueError, OSError) as error:
-            self._rejected.inc()
-            rejected = reader.RejectedFile(path, str(error))
-            yield beam.pvalue.TaggedOutput(REJECTED, rejected.to_json())
-            return
-        name = self._split_names[reader.split_index(relative, self._split_buckets)]
-        self._written[name].inc()
-        beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"class_{class_name}").inc()
-        yield beam.pvalue.TaggedOutput(
-            name, reader.to_example(data, relative, class_name, label, facts)
-        )
+    def process(self, keyed_files):
+        import tensorflow as tf
+
+        (split, shard), files = keyed_files
+        path = shard_path(self._split_uris[split], shard, self._shards)
+        temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+        per_class: dict[str, int] = {}
+        options = tf.io.TFRecordOptions(compression_type="GZIP")
+        with tf.io.TFRecordWriter(temporary, options) as writer:
+            for source, class_name, label in sorted(files):
+                try:
+                    with fileio.open(source, "rb") as handle:
+                        data = handle.read()
+                    facts = reader.validate_image(source, data)
+                except (ValueError, OSError) as error:
+                    self._rejected.inc()
+                    rejected = reader.RejectedFile(source, str(error))
+                    yield beam.pvalue.TaggedOutput(REJECTED, rejected.to_json())
+                    continue
+                relative = os.path.relpath(source, self._input_base)
+                writer.write(reader.to_example(data, relative, class_name, label, facts))
+                self._written[split].inc()
+                per_class[class_name] = per_class.get(class_name, 0) + 1
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+        for class_name, count in per_class.items():
+            beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"class_{class_name}").inc(count)
+
+
+def shard_path(split_uri: str, shard: int, shards: int) -> str:
+    return os.path.join(split_uri, f"{OUTPUT_FILE_PREFIX}-{shard:05d}-of-{shards:05d}.gz")
 
 
 @beam.ptransform_fn
-def ReadImageFoldersToSplits(
+def ReadImageFoldersToShards(
     pipeline: beam.Pipeline,
     input_base: str,
     class_names: list[str],
-    split_names: list[str],
+    split_uris: dict[str, str],
     buckets: list[int],
+    shards: int,
 ):
-    """Pipeline root -> ({split: serialized examples}, rejected files as JSON lines)."""
-    results = (
+    """Pipeline root -> rejected files as JSON lines; writes every (split, shard) file."""
+    return (
         pipeline
         | "ClassFolders" >> beam.Create([(name, index) for index, name in enumerate(class_names)])
         | "ListFiles" >> beam.ParDo(_ListClassFolder(input_base))
-        # Spread the files over the workers before the reads and decodes.
-        | "SpreadFiles" >> beam.Reshuffle()
-        | "ReadAndValidate"
-        >> beam.ParDo(_FileToExample(input_base, split_names, buckets)).with_outputs(
-            REJECTED, *split_names
-        )
-    )
-    return {name: results[name] for name in split_names}, results[REJECTED]
+        | "AssignShards" >> beam.ParDo(_AssignShard(input_base, list(split_uris), buckets, shards))
+        # Groups paths (not image bytes) per output shard; shards spread over the workers.
+        | "GroupByShard" >> beam.GroupByKey()
+        | "ReadValidateWrite"
+        >> beam.ParDo(_WriteShard(input_base, split_uris, shards)).with_outputs(REJECTED)
+    )[REJECTED]
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -161,17 +195,15 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             num_shards,
         )
 
+        split_uris = {
+            name: artifact_utils.get_split_uri([examples_artifact], name) for name in split_names
+        }
+        for uri in split_uris.values():
+            fileio.makedirs(uri)
         pipeline = self._make_beam_pipeline()
-        splits, rejected = pipeline | "ReadImageFoldersToSplits" >> ReadImageFoldersToSplits(
-            input_base, class_names, split_names, buckets
+        rejected = pipeline | "ReadImageFoldersToShards" >> ReadImageFoldersToShards(
+            input_base, class_names, split_uris, buckets, num_shards
         )
-        for name, examples in splits.items():
-            split_uri = artifact_utils.get_split_uri([examples_artifact], name)
-            _ = examples | f"Write[{name}]" >> beam.io.WriteToTFRecord(
-                os.path.join(split_uri, OUTPUT_FILE_PREFIX),
-                file_name_suffix=".gz",
-                num_shards=num_shards,
-            )
         _ = rejected | "WriteRejected" >> beam.io.WriteToText(
             rejected_uri[: -len(".jsonl")],
             file_name_suffix=".jsonl",
@@ -180,6 +212,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         )
         result = pipeline.run()
         result.wait_until_finish()
+        # A (split, shard) that received no file still gets its (empty) shard file.
+        for uri in split_uris.values():
+            for shard in range(num_shards):
+                path = shard_path(uri, shard, num_shards)
+                if not fileio.exists(path):
+                    with fileio.open(path, "wb"):
+                        pass
 
         counts = _committed_counters(result)
         found = counts.get("files_found", 0)

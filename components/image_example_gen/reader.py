@@ -125,6 +125,12 @@ def split_index(relative_path: str, buckets: list[int]) -> int:
     raise AssertionError("unreachable")
 
 
+def shard_index(relative_path: str, shards: int) -> int:
+    """Output shard of a file within its split, from another part of the same path hash."""
+    digest = hashlib.md5(relative_path.encode("utf-8")).digest()
+    return int.from_bytes(digest[8:16], "little") % shards
+
+
 def to_example(
     data: bytes, relative_path: str, class_name: str, label: int, facts: ImageFacts
 ) -> bytes:

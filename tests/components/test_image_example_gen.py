@@ -150,6 +150,8 @@ def test_shard_count_and_deterministic_split(tmp_path, image_folder):
     second = run_executor(tmp_path / "b", image_folder["root"], num_shards=2, max_rejected=0.5)
     assert len(glob.glob(os.path.join(first.uri, "Split-train", "*.gz"))) == 3
     assert len(glob.glob(os.path.join(second.uri, "Split-eval", "*.gz"))) == 2
+    # Shards are written under a temporary name and renamed: nothing partial is left behind.
+    assert not glob.glob(os.path.join(first.uri, "*", "*.tmp-*"))
     for split in ("train", "eval"):
         paths = [
             sorted(_value(e, "path") for e in read_split(a.uri, split)) for a in (first, second)
