@@ -133,8 +133,12 @@ class _ReadFileAsRecordBatches(beam.DoFn):
     def process(self, path: str):
         import tensorflow as tf
 
+        # AUTO: by file name, as Beam reads TFRecords ('.gz': gzip; image shards: none).
+        compression = self._compression
+        if compression == "AUTO":
+            compression = "GZIP" if path.endswith(".gz") else ""
         dataset = tf.data.TFRecordDataset(
-            path, compression_type=self._compression, buffer_size=8 << 20
+            path, compression_type=compression, buffer_size=8 << 20
         ).batch(self._batch_size)
         for records in dataset.as_numpy_iterator():
             yield self._decoder.DecodeBatch(records.tolist())
@@ -155,7 +159,7 @@ def ReadTFExamplesAsRecordBatches(  # noqa: N802 (Beam PTransform naming)
     file_patterns: Sequence[str],
     schema_bytes: bytes | None,
     batch_size: int,
-    compression: str = "GZIP",
+    compression: str = "AUTO",
 ):
     """Pipeline root -> Arrow RecordBatches of up to batch_size tf.Examples, one file per task."""
     return (
