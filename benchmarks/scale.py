@@ -263,11 +263,16 @@ def run(quick: bool, work_dir: str | None = None, rows: int | None = None, worke
         )
     if LINEARITY_ROWS in measured:
         big, _ = measured[LINEARITY_ROWS]
+        # Same Beam mode at both sizes (auto may pick different ones).
+        small = other_mode if other_mode and other_mode["workers"] == big["workers"] else ours
+        modes = mode_name(big["workers"])
+        if small["workers"] != big["workers"]:
+            modes += f" vs {mode_name(small['workers'])}"
         rows_out.append(
             common.Row(
-                f"linearity: rows/s at {LINEARITY_ROWS:,} vs {rows:,}",
+                f"linearity: rows/s at {LINEARITY_ROWS:,} vs {rows:,} ({modes})",
                 LINEARITY_ROWS / big["wall_s"],
-                rows / ours["wall_s"],
+                rows / small["wall_s"],
                 "rows/s",
                 TARGET_LINEARITY,
             )
