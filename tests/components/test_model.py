@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from components import features, model, strategies
@@ -145,6 +146,7 @@ def test_small_cnn_learns_and_serves_raw_image_bytes(image_transform_run, tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_builds_at_the_transformed_size_and_trains(image_transform_run):
     keras_model, history = _train_image_model(image_transform_run, "mobilenet_v2")
     assert keras_model.input_shape == {"image_xf": (None, 32, 32, 3)}
