@@ -50,10 +50,15 @@ def read_header(path: str) -> list[str]:
     if not first_line.strip():
         raise InputError(f"{path}: the file is empty (a header row is required)")
     try:
-        text = first_line.decode("utf-8-sig").rstrip("\r\n")
+        # Old Mac files end lines with a bare \r.
+        text = first_line.decode("utf-8-sig").replace("\r", "\n", 1).split("\n", 1)[0]
+        header = next(csv.reader([text]), [])
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: header row is not UTF-8 text ({error.reason})") from error
-    header = next(csv.reader([text]))
+    except csv.Error as error:
+        raise InputError(f"{path}: header row is not readable CSV ({error})") from error
+    if text.count('"') % 2:
+        raise InputError(f"{path}: header row has an unterminated quote: {text!r}")
     if any(not name.strip() for name in header):
         raise InputError(f"{path}: header row has an empty column name: {text!r}")
     duplicates = sorted({name for name in header if header.count(name) > 1})

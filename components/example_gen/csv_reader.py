@@ -7,6 +7,7 @@ C++ encoder; Python only touches individual rows on the error path.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import hashlib
@@ -61,6 +62,11 @@ def read_csv_as_strings(
     """Parses CSV bytes with every column as string; ragged rows are rejected, not fatal."""
     if not data.strip():
         raise CsvFormatError(f"{path}: the file is empty (a header row is required)")
+    if not data.endswith((b"\n", b"\r")):
+        # pyarrow 10's reader can spin forever on a last line with no line break (seen on a
+        # header-only file); a final newline changes no row.
+        data += b"\n"
+    _check_utf8(path, data)
     ragged: list[RejectedRow] = []
 
     def on_invalid_row(row) -> str:
@@ -99,13 +105,35 @@ def read_csv_as_strings(
     return ParsedFile(path, table, _kept_row_lines(table.num_rows, ragged), ragged)
 
 
+def _check_utf8(path: str, data: bytes, chunk_bytes: int = 16 << 20) -> None:
+    """Every column is read as text: a byte that is not UTF-8 stops the file, naming its line
+    (pyarrow would fail too, but without the line, or inside the ragged-row handler)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for start in range(0, len(data), chunk_bytes):
+        try:
+            chunk = data[start : start + chunk_bytes]
+            decoder.decode(chunk, final=start + chunk_bytes >= len(data))
+        except UnicodeDecodeError as error:
+            offset = start + error.start - len(decoder.getstate()[0])
+            line = data.count(b"\n", 0, max(offset, 0)) + 1
+            raise CsvFormatError(
+                f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {offset})"
+            ) from error
+
+
 def _header(path: str, data: bytes) -> list[str]:
-    first_line = data.split(b"\n", 1)[0].rstrip(b"\r")
+    # Old Mac files end lines with a bare \r.
+    first_line = data.replace(b"\r", b"\n", 1).split(b"\n", 1)[0]
     try:
         text = first_line.decode("utf-8-sig")
+        names = next(csv.reader([text]), [])
     except UnicodeDecodeError as error:
         raise CsvFormatError(f"{path}: header row is not UTF-8 text: {error}") from error
-    names = next(csv.reader([text]), [])
+    except csv.Error as error:
+        raise CsvFormatError(f"{path}: header row is not readable CSV: {error}") from error
+    if text.count('"') % 2:
+        # pyarrow 10 can hang on a header whose quote never closes.
+        raise CsvFormatError(f"{path}: header row has an unterminated quote: {text!r}")
     if not names or any(not name.strip() for name in names):
         raise CsvFormatError(f"{path}: header row has an empty column name: {text!r}")
     return names
