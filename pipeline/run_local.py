@@ -365,6 +365,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
 
+    from pipeline import run_guard
+
+    try:  # writable output, one run at a time per store, recovery of a killed run's leftovers
+        guard = run_guard.RunGuard.start(config, argv, sys.stdout)
+    except run_guard.RunGuardError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return EXIT_BAD_INPUT
     log_path = configure_logging(os.path.join(os.path.dirname(config.pipeline_root), "logs"))
     out = sys.stdout
     out.write(
@@ -383,16 +390,19 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore")
         tfx_pipeline = builder.create_pipeline(config)
     reporter = progress.attach(len(tfx_pipeline.components), out)
+    guard.watch(reporter)  # Ctrl-C: what finished, how to resume, exit 130
     started = time.monotonic()
     try:
         LocalDagRunner().run(tfx_pipeline)
     except Exception as error:  # report any component failure in one clear block
         logging.exception("pipeline failed")
         failed = reporter.last_component or "the pipeline"
-        sys.stderr.write(f"\nerror: {failed} failed: {error}\n  full log: {log_path}\n")
+        reason = run_guard.describe_failure(error)
+        sys.stderr.write(f"\nerror: {failed} failed: {reason}\n  full log: {log_path}\n")
         return EXIT_PIPELINE_FAILED
     finally:
         progress.detach(reporter)
+        guard.close()
     summary = run_summary.summarize(
         config.metadata_connection_config(), reporter.records, config.metadata_location
     )
