@@ -29,9 +29,12 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from typing import TextIO
 
 EXIT_INTERRUPTED = 130
+# How a full disk (or RLIMIT_FSIZE) reads once TensorFlow, Beam or SQLite have wrapped the OSError.
+_DISK_FULL_SIGNS = ("No space left on device", "File too large", "database or disk is full")
 ABANDONED_PROPERTY = "abandoned"
 
 
@@ -63,7 +66,7 @@ def describe_failure(error: BaseException) -> str:
             return f"disk full (or file size limit reached) while writing {where}: {cause.strerror}"
         cause = cause.__cause__ or cause.__context__
     text = str(error)
-    if "No space left on device" in text or "File too large" in text:
+    if any(sign in text for sign in _DISK_FULL_SIGNS):
         return f"disk full (or file size limit reached): {text}"
     return text
 
@@ -176,9 +179,12 @@ class RunGuard:
                     config.pipeline_name,
                     config.pipeline_root,
                 )
-            except Exception:
+            except Exception as error:  # MLMD's errors are RuntimeErrors with SQLite's text
                 guard.close()
-                raise
+                raise RunGuardError(
+                    f"MLMD store {config.metadata_path} cannot be opened or written: "
+                    f"{describe_failure(error)}"
+                ) from error
             if recovered:
                 out.write(
                     f"Recovered {len(recovered)} execution(s) a killed run left running, now "
@@ -206,7 +212,8 @@ class RunGuard:
     def watch(self, reporter) -> None:
         """Ctrl-C from here on stops the run with a resume hint (main thread only)."""
         self._reporter = reporter
-        self._previous_handler = signal.signal(signal.SIGINT, self._on_interrupt)
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_interrupt)
 
     def _on_interrupt(self, signum, frame) -> None:
         records = self._reporter.records if self._reporter else []
