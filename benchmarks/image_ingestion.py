@@ -5,8 +5,9 @@
 On one generated JPEG set (pipeline.image_data synth: 256x256, 10 classes), side by side in one
 run, each in a fresh process with peak resident memory summed over its process tree:
 - ours: a LocalDagRunner pipeline of the project's ImageExampleGen -> ImportSchemaGen ->
-  ShardedTransform with the image preprocessing_fn (the full pipeline's first data steps),
-  DirectRunner multi_processing with one worker per core;
+  ShardedTransform with the image preprocessing_fn (the full pipeline's first data steps), in
+  the Beam mode `run_local.py --beam_mode auto` picks for images: in-process (threads and
+  TensorFlow's thread pool use the cores; --workers 2 measures multi-processing);
 - the reference: tf.data lists the same files, reads, decodes, resizes and scales them with a
   parallel AUTOTUNE map and writes one tf.Example per image (float pixels + label id) to an
   uncompressed TFRecord file, as Transform writes image pixels (ours also writes the JPEG bytes
@@ -238,7 +239,8 @@ def run(
     workers: int | None = None,
 ):
     images = images or (QUICK_IMAGES if quick else FULL_IMAGES)
-    workers = workers or os.cpu_count() or 1
+    # What run_local's --beam_mode auto picks for images: in-process.
+    workers = workers or 1
     work_dir = work_dir or tempfile.mkdtemp(prefix="image-bench-")
     measured = {}
     for count in (images // 4, images):
@@ -266,7 +268,8 @@ def run(
             "images/s",
             TARGET_VS_BASELINE,
             note=f"ours {ours['wall_s']:.0f} s (per component: {ours['seconds']}), "
-            f"tf.data baseline {reference['wall_s']:.0f} s; {workers} Beam worker(s)",
+            f"tf.data baseline {reference['wall_s']:.0f} s; Beam "
+            + ("in-process" if workers == 1 else f"multi_processing x{workers}"),
         ),
         common.Row(
             f"image pipeline peak RSS, {images:,} vs {images // 4:,} images",

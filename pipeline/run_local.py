@@ -109,7 +109,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--beam_mode",
         choices=("auto", *config_lib.BEAM_MODES),
         default="auto",
-        help="auto: in_memory below 64 MB of input, else multi_processing",
+        help="auto: in_memory below 64 MB of CSV input and for images, else multi_processing",
     )
     parser.add_argument(
         "--beam_workers",
@@ -206,13 +206,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def choose_beam(
-    mode: str, workers: int | None, input_bytes: int, extra_args: list[str]
+    mode: str,
+    workers: int | None,
+    input_bytes: int,
+    extra_args: list[str],
+    images: bool = False,
 ) -> config_lib.BeamConfig:
+    """auto: in-process for small CSV input and for images, else one worker process per core.
+
+    Images stay in-process: the image ExampleGen reads and decodes on threads and Transform's
+    decode and resize run in TensorFlow's thread pool, so one process already keeps both cores
+    busy, and worker processes only add start-up and data transfer (20,000 JPEGs: ExampleGen
+    19 s in-process vs 41 s with two workers, Transform 70 s vs 84 s, measured)."""
     cores = os.cpu_count() or 1
     if mode == "auto":
-        mode = (
-            "in_memory" if input_bytes < IN_MEMORY_LIMIT_BYTES or cores == 1 else "multi_processing"
-        )
+        small = input_bytes < IN_MEMORY_LIMIT_BYTES
+        mode = "in_memory" if small or images or cores == 1 else "multi_processing"
     return config_lib.BeamConfig(
         mode=mode,
         num_workers=workers or (cores if mode == "multi_processing" else 1),
@@ -258,7 +267,13 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
         ),
         beam=beam_runners.beam_config(
             args,
-            choose_beam(args.beam_mode, args.beam_workers, facts["total_bytes"], args.beam_arg),
+            choose_beam(
+                args.beam_mode,
+                args.beam_workers,
+                facts["total_bytes"],
+                args.beam_arg,
+                images=dataset.is_images,
+            ),
         ),
         train_fraction=args.train_fraction,
         example_shards=args.example_shards,

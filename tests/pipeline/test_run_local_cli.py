@@ -55,6 +55,8 @@ def test_beam_mode_auto_choice():
     assert big.mode == (
         "multi_processing" if (__import__("os").cpu_count() or 1) > 1 else "in_memory"
     )
+    images = run_local.choose_beam("auto", None, 10 * run_local.IN_MEMORY_LIMIT_BYTES, [], True)
+    assert (images.mode, images.num_workers) == ("in_memory", 1)
     forced = run_local.choose_beam("multi_processing", 3, 10, ["--x=1"])
     assert (forced.mode, forced.num_workers, forced.extra_args) == (
         "multi_processing",
