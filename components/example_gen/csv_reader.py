@@ -88,11 +88,13 @@ def read_csv_as_strings(
     if len(set(columns)) != len(columns):
         duplicates = sorted({c for c in columns if columns.count(c) > 1})
         raise CsvFormatError(f"{path}: duplicate column name(s) {duplicates}")
-    try:
-        table = pacsv.read_csv(
+
+    def read(block_size: int | None) -> pa.Table:
+        ragged.clear()
+        return pacsv.read_csv(
             io.BytesIO(data),
             # Single-threaded so that rejected rows carry their physical line number.
-            read_options=pacsv.ReadOptions(use_threads=False),
+            read_options=pacsv.ReadOptions(use_threads=False, block_size=block_size),
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid_row),
             convert_options=pacsv.ConvertOptions(
                 null_values=list(null_values),
@@ -100,6 +102,15 @@ def read_csv_as_strings(
                 column_types={name: pa.string() for name in columns},
             ),
         )
+
+    try:
+        try:
+            table = read(None)
+        except pa.ArrowInvalid as error:
+            if "straddl" not in str(error):
+                raise
+            # A row longer than a block (1 MB): read the file as one block.
+            table = read(len(data) + 1)
     except (pa.ArrowInvalid, UnicodeDecodeError) as error:
         raise CsvFormatError(f"{path}: not a readable CSV file: {error}") from error
     return ParsedFile(path, table, _kept_row_lines(table.num_rows, ragged), ragged)
