@@ -63,3 +63,17 @@ def test_unseen_category_goes_to_the_oov_bucket(transform_run):
     row = dict(transform_run["raw"][0], island=[b"Atlantis"])
     out = transform(transform_run, [row])
     assert out[features.transformed_name("island")][0] == 3  # 3 islands, then the OOV bucket
+
+
+def test_one_pass_statistics_equal_z_scoring_the_imputed_column(transform_run):
+    """The z-score comes from one analysis pass (mean, variance, observed fraction); it must
+    equal imputing the observed mean and z-scoring the imputed column with numpy."""
+    raw = transform_run["raw"]
+    out = transform(transform_run, raw)
+    for key in ("bill_length_mm", "body_mass_g"):
+        observed = np.array([row[key][0] for row in raw if row[key]], dtype=np.float64)
+        imputed = np.array(
+            [row[key][0] if row[key] else observed.mean() for row in raw], dtype=np.float64
+        )
+        expected = (imputed - imputed.mean()) / imputed.std()
+        np.testing.assert_allclose(out[features.transformed_name(key)], expected, atol=1e-4)
