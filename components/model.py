@@ -223,10 +223,9 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     names = tf.constant(class_names(tf_transform_output))
     signature = [tf.TensorSpec(shape=[None], dtype=tf.string, name="examples")]
 
-    # autograph=False: straight-line code; AutoGraph conversion only adds export time.
-    @tf.function(input_signature=signature, autograph=False)
-    def serve(serialized):
-        transformed = module.tft_layer(tf.io.parse_example(serialized, serving_feature_spec))
+    def predict(raw_features):
+        """Raw features -> the transform graph -> the model -> probabilities, ids, names."""
+        transformed = module.tft_layer(raw_features)
         probabilities = model(
             {name: transformed[name] for name in model.input_names}, training=False
         )
@@ -236,6 +235,11 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
             features.CLASS_IDS: class_ids,
             features.CLASSES: tf.gather(names, class_ids),
         }
+
+    # autograph=False: straight-line code; AutoGraph conversion only adds export time.
+    @tf.function(input_signature=signature, autograph=False)
+    def serve(serialized):
+        return predict(tf.io.parse_example(serialized, serving_feature_spec))
 
     @tf.function(input_signature=signature, autograph=False)
     def transform(serialized):
@@ -252,18 +256,7 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
             autograph=False,
         )
         def serve_images(images):
-            transformed = module.tft_layer(
-                {features.IMAGE_KEY: _as_raw_feature(images, image_spec)}
-            )
-            probabilities = model(
-                {name: transformed[name] for name in model.input_names}, training=False
-            )
-            class_ids = tf.argmax(probabilities, axis=1)
-            return {
-                features.PROBABILITIES: probabilities,
-                features.CLASS_IDS: class_ids,
-                features.CLASSES: tf.gather(names, class_ids),
-            }
+            return predict({features.IMAGE_KEY: _as_raw_feature(images, image_spec)})
 
         signatures[features.IMAGE_SERVING_SIGNATURE] = serve_images
     tf.saved_model.save(module, export_dir, signatures=signatures)

@@ -231,7 +231,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         result = pipeline.run()
         result.wait_until_finish()
 
-        counts = _committed_counters(result)
+        counts = committed_counters(result)
         rows_read = counts.get("rows_read", 0)
         rows_rejected = counts.get("rows_rejected", 0)
         written = {name: counts.get(f"examples_{name}", 0) for name in split_names}
@@ -264,8 +264,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             )
 
 
-def _committed_counters(result) -> dict[str, int]:
-    query = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))
+def committed_counters(result, namespace: str = METRICS_NAMESPACE) -> dict[str, int]:
+    """Beam counters of one namespace after the run, by name (committed, else attempted)."""
+    query = result.metrics().query(MetricsFilter().with_namespace(namespace))
     counts: dict[str, int] = {}
     for counter in query["counters"]:
         name = counter.key.metric.name

@@ -24,7 +24,6 @@ from typing import Any
 
 import apache_beam as beam
 from absl import logging
-from apache_beam.metrics.metric import MetricsFilter
 from tfx import types
 from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
@@ -33,6 +32,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
+from components.example_gen import executor as example_gen_executor
 from components.image_example_gen import reader
 
 METRICS_NAMESPACE = "ImageExampleGen"
@@ -254,7 +254,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                     with fileio.open(path, "wb"):
                         pass
 
-        counts = _committed_counters(result)
+        counts = example_gen_executor.committed_counters(result, METRICS_NAMESPACE)
         found = counts.get("files_found", 0)
         rejected_count = counts.get("files_rejected", 0)
         hidden = counts.get("hidden_files_ignored", 0)
@@ -289,15 +289,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             raise TooManyRejectedFilesError(
                 _rejection_message(rejected_uri, found, rejected_count, max_rejected_fraction)
             )
-
-
-def _committed_counters(result) -> dict[str, int]:
-    query = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))
-    counts: dict[str, int] = {}
-    for counter in query["counters"]:
-        value = counter.committed if counter.committed is not None else counter.attempted
-        counts[counter.key.metric.name] = counts.get(counter.key.metric.name, 0) + int(value)
-    return counts
 
 
 def read_rejected_files(uri: str) -> list[reader.RejectedFile]:

@@ -44,16 +44,10 @@ def penguin_instances(csv_path: str, every: int = 6, offset: int = 3) -> list[di
     return rows
 
 
-@pytest.fixture(scope="session")
-def transform_run(tmp_path_factory, penguins_csv, penguins_schema_path):
-    """Analyze + transform 58 real penguin rows, missing values included."""
-    out = tmp_path_factory.mktemp("transform")
-    schema = preflight.load_schema(penguins_schema_path)
-    raw_metadata = dataset_metadata.DatasetMetadata(schema)
-    raw = penguin_instances(penguins_csv)
-    fn = functools.partial(
-        preprocessing.preprocessing_fn, custom_config={features.LABEL_KEY_CONFIG: "species"}
-    )
+def analyze_and_transform(out, raw: list[dict], raw_metadata, fn) -> dict:
+    """A real tf.Transform analyze + transform of `raw` with `fn`, written as TFX's Transform
+    writes it: the transform graph (raw metadata beside it, which serving parses with) and
+    two gzip shards of transformed tf.Examples."""
     with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=str(out / "tmp")):
         raw_pc = pipeline | beam.Create(raw, reshuffle=False)
         (transformed, transformed_metadata), transform_fn = (
@@ -69,7 +63,6 @@ def transform_run(tmp_path_factory, penguins_csv, penguins_schema_path):
                 str(out / "transformed" / "part"), file_name_suffix=".gz", num_shards=2
             )
         )
-    # TFX's Transform writes the raw metadata beside the transform graph; serving parses with it.
     metadata_io.write_metadata(
         raw_metadata,
         os.path.join(str(out / "transform_fn"), tft.TFTransformOutput.RAW_METADATA_DIR),
@@ -78,6 +71,21 @@ def transform_run(tmp_path_factory, penguins_csv, penguins_schema_path):
         "raw": raw,
         "output": tft.TFTransformOutput(str(out / "transform_fn")),
         "transformed_files": os.path.join(str(out / "transformed"), "part*.gz"),
+    }
+
+
+@pytest.fixture(scope="session")
+def transform_run(tmp_path_factory, penguins_csv, penguins_schema_path):
+    """Analyze + transform 58 real penguin rows, missing values included."""
+    out = tmp_path_factory.mktemp("transform")
+    schema = preflight.load_schema(penguins_schema_path)
+    raw_metadata = dataset_metadata.DatasetMetadata(schema)
+    raw = penguin_instances(penguins_csv)
+    fn = functools.partial(
+        preprocessing.preprocessing_fn, custom_config={features.LABEL_KEY_CONFIG: "species"}
+    )
+    return {
+        **analyze_and_transform(out, raw, raw_metadata, fn),
         "schema": schema,
         "feature_spec": schema_utils.schema_as_feature_spec(schema).feature_spec,
     }
@@ -133,27 +141,4 @@ def image_transform_run(tmp_path_factory):
             features.IMAGE_SIZE_CONFIG: IMAGE_SIZE,
         },
     )
-    with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=str(out / "tmp")):
-        raw_pc = pipeline | beam.Create(raw, reshuffle=False)
-        (transformed, transformed_metadata), transform_fn = (
-            raw_pc,
-            raw_metadata,
-        ) | tft_beam.AnalyzeAndTransformDataset(fn, output_record_batches=False)
-        _ = transform_fn | tft_beam.WriteTransformFn(str(out / "transform_fn"))
-        coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
-        _ = (
-            transformed
-            | beam.Map(coder.encode)
-            | beam.io.WriteToTFRecord(
-                str(out / "transformed" / "part"), file_name_suffix=".gz", num_shards=2
-            )
-        )
-    metadata_io.write_metadata(
-        raw_metadata,
-        os.path.join(str(out / "transform_fn"), tft.TFTransformOutput.RAW_METADATA_DIR),
-    )
-    return {
-        "raw": raw,
-        "output": tft.TFTransformOutput(str(out / "transform_fn")),
-        "transformed_files": os.path.join(str(out / "transformed"), "part*.gz"),
-    }
+    return analyze_and_transform(out, raw, raw_metadata, fn)
