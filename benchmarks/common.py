@@ -150,3 +150,56 @@ PYTHON = sys.executable
 
 def child_env() -> dict:
     return dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+
+
+# --- what the ExampleGen -> ImportSchemaGen -> Transform benchmarks share ----------------------
+
+
+def direct_beam_args(workers: int) -> list[str]:
+    """The DirectRunner arguments of the pipeline's own BeamConfig: in_memory for 1 worker,
+    else multi_processing with that many worker processes."""
+    from pipeline import config
+
+    mode = "multi_processing" if workers > 1 else "in_memory"
+    return config.BeamConfig(mode=mode, num_workers=workers).pipeline_args()
+
+
+def auto_workers(input_bytes: int, images: bool = False) -> int:
+    """Beam worker processes `run_local.py --beam_mode auto` uses for this input (1: in_memory)."""
+    from pipeline import run_local
+
+    beam = run_local.choose_beam("auto", None, input_bytes, [], images=images)
+    return beam.num_workers if beam.mode == "multi_processing" else 1
+
+
+def data_pipeline(name: str, root: str, components: list, beam_args: list[str]):
+    """An uncached LocalDagRunner pipeline of the given components, SQLite MLMD under root."""
+    from tfx.orchestration import metadata
+    from tfx.orchestration import pipeline as tfx_pipeline
+
+    return tfx_pipeline.Pipeline(
+        pipeline_name=name,
+        pipeline_root=os.path.join(root, "pipeline_root"),
+        components=components,
+        enable_cache=False,
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(
+            os.path.join(root, "metadata.sqlite")
+        ),
+        beam_pipeline_args=beam_args,
+    )
+
+
+def component_executions(root: str) -> tuple:
+    """(Store, {component: execution}, {component: seconds}) of the pipeline under root, from
+    its MLMD: each component's execution time is MLMD's create -> last update."""
+    from pipeline import inspect_mlmd
+
+    db = inspect_mlmd.Store(inspect_mlmd.open_store(os.path.join(root, "metadata.sqlite")))
+    executions, seconds = {}, {}
+    for execution in db.store.get_executions():
+        node = db.node_of(execution)
+        executions[node] = execution
+        seconds[node] = (
+            execution.last_update_time_since_epoch - execution.create_time_since_epoch
+        ) / 1000
+    return db, executions, seconds

@@ -61,8 +61,6 @@ def synth_images(work_dir: str, images: int) -> str:
 
 def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
     from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
-    from tfx.orchestration import metadata
-    from tfx.orchestration import pipeline as tfx_pipeline
 
     from components import features
     from components.image_example_gen.component import ImageExampleGen
@@ -90,31 +88,18 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
         },
         disable_statistics=True,
     ).with_id("Transform")
-    return tfx_pipeline.Pipeline(
-        pipeline_name=PIPELINE_NAME,
-        pipeline_root=os.path.join(root, "pipeline_root"),
-        components=[example_gen, schema_gen, transform],
-        enable_cache=False,
-        metadata_connection_config=metadata.sqlite_metadata_connection_config(
-            os.path.join(root, "metadata.sqlite")
-        ),
-        beam_pipeline_args=beam_args,
+    return common.data_pipeline(
+        PIPELINE_NAME, root, [example_gen, schema_gen, transform], beam_args
     )
 
 
 def component_seconds(root: str) -> dict:
+    """Seconds per component and the examples ImageExampleGen wrote, from MLMD."""
     from pipeline import inspect_mlmd
 
-    db = inspect_mlmd.Store(inspect_mlmd.open_store(os.path.join(root, "metadata.sqlite")))
-    seconds, counts = {}, {}
-    for execution in db.store.get_executions():
-        node = db.node_of(execution)
-        seconds[node] = (
-            execution.last_update_time_since_epoch - execution.create_time_since_epoch
-        ) / 1000
-        if node == "ImageExampleGen":
-            (examples,) = db.outputs_by_type(execution.id)["Examples"]
-            counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts"))
+    db, executions, seconds = common.component_executions(root)
+    (examples,) = db.outputs_by_type(executions["ImageExampleGen"].id)["Examples"]
+    counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts"))
     return {"seconds": seconds, "examples": sum(counts.values())}
 
 
@@ -128,12 +113,7 @@ def pipeline_main(argv: list[str]) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    mode = "multi_processing" if args.workers > 1 else "in_memory"
-    beam_args = [
-        "--runner=DirectRunner",
-        f"--direct_running_mode={mode}",
-        f"--direct_num_workers={args.workers}",
-    ]
+    beam_args = common.direct_beam_args(args.workers)
     LocalDagRunner().run(build_pipeline(args.data, args.root, beam_args, args.size))
     print(json.dumps(component_seconds(args.root)))
     return 0
@@ -239,8 +219,8 @@ def run(
     workers: int | None = None,
 ):
     images = images or (QUICK_IMAGES if quick else FULL_IMAGES)
-    # What run_local's --beam_mode auto picks for images: in-process.
-    workers = workers or 1
+    # What run_local's --beam_mode auto picks for images.
+    workers = workers or common.auto_workers(0, images=True)
     work_dir = work_dir or tempfile.mkdtemp(prefix="image-bench-")
     measured = {}
     for count in (images // 4, images):

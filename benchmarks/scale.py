@@ -50,8 +50,6 @@ def synth_data(work_dir: str, rows: int) -> str:
 def build_pipeline(data_dir: str, root: str, beam_args: list[str], shards: int):
     """ExampleGen -> ImportSchemaGen -> Transform: the full pipeline's first data steps."""
     from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
-    from tfx.orchestration import metadata
-    from tfx.orchestration import pipeline as tfx_pipeline
 
     from components import features
     from components.example_gen.component import ShardedCsvExampleGen
@@ -78,35 +76,20 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], shards: int):
         },
         disable_statistics=True,
     ).with_id("Transform")
-    return tfx_pipeline.Pipeline(
-        pipeline_name=PIPELINE_NAME,
-        pipeline_root=os.path.join(root, "pipeline_root"),
-        components=[example_gen, schema_gen, transform],
-        enable_cache=False,
-        metadata_connection_config=metadata.sqlite_metadata_connection_config(
-            os.path.join(root, "metadata.sqlite")
-        ),
-        beam_pipeline_args=beam_args,
+    return common.data_pipeline(
+        PIPELINE_NAME, root, [example_gen, schema_gen, transform], beam_args
     )
 
 
 def component_results(root: str) -> dict:
     """Seconds per component and the transformed examples / graph URIs, from MLMD."""
-    from pipeline import inspect_mlmd
-
-    store = inspect_mlmd.open_store(os.path.join(root, "metadata.sqlite"))
-    db = inspect_mlmd.Store(store)
-    result = {"seconds": {}}
-    for execution in store.get_executions():
-        node = db.node_of(execution).split(".")[-1]
-        result["seconds"][node] = (
-            execution.last_update_time_since_epoch - execution.create_time_since_epoch
-        ) / 1000
-        if node == "Transform":
-            outputs = db.outputs_by_type(execution.id)
-            result["transformed_examples"] = outputs["Examples"][0].uri
-            result["transform_graph"] = outputs["TransformGraph"][0].uri
-    return result
+    db, executions, seconds = common.component_executions(root)
+    outputs = db.outputs_by_type(executions["Transform"].id)
+    return {
+        "seconds": seconds,
+        "transformed_examples": outputs["Examples"][0].uri,
+        "transform_graph": outputs["TransformGraph"][0].uri,
+    }
 
 
 def pipeline_main(argv: list[str]) -> int:
@@ -119,12 +102,7 @@ def pipeline_main(argv: list[str]) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 2, before TensorFlow loads
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    mode = "multi_processing" if args.workers > 1 else "in_memory"
-    beam_args = [
-        "--runner=DirectRunner",
-        f"--direct_running_mode={mode}",
-        f"--direct_num_workers={args.workers}",
-    ]
+    beam_args = common.direct_beam_args(args.workers)
     LocalDagRunner().run(build_pipeline(args.data, args.root, beam_args, args.shards))
     print(json.dumps(component_results(args.root)))
     return 0
@@ -135,11 +113,8 @@ def pipeline_main(argv: list[str]) -> int:
 
 def auto_workers(data_dir: str) -> int:
     """Beam worker processes `run_local.py --beam_mode auto` uses for this input (1: in_memory)."""
-    from pipeline import run_local
-
     size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(data_dir, "*.csv")))
-    beam = run_local.choose_beam("auto", None, size, [])
-    return beam.num_workers if beam.mode == "multi_processing" else 1
+    return common.auto_workers(size)
 
 
 def mode_name(workers: int) -> str:
