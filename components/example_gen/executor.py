@@ -13,6 +13,7 @@ column_types (JSON object; empty: inferred over all files), max_rejected_fractio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -166,6 +167,58 @@ def list_csv_files(input_base: str, pattern: str) -> list[str]:
     return files
 
 
+@dataclasses.dataclass(frozen=True)
+class HashSplitOutput:
+    """One input pattern split into named outputs by hash buckets, and the Examples artifact
+    (its split names set) they are written to."""
+
+    pattern: str
+    names: list[str]
+    buckets: list[int]
+    examples: types.Artifact
+
+
+def hash_split_output(exec_properties: dict[str, Any], output_dict, component: str):
+    """The input and output configs of a hash-splitting ExampleGen (this one, the image one)."""
+    input_config = example_gen_pb2.Input()
+    proto_utils.json_to_proto(
+        exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config
+    )
+    output_config = example_gen_pb2.Output()
+    proto_utils.json_to_proto(
+        exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
+    )
+    if len(input_config.splits) != 1 or not output_config.split_config.splits:
+        raise ValueError(
+            f"{component} reads one input pattern and splits it by hash buckets; "
+            "give output_config.split_config"
+        )
+    examples = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.EXAMPLES_KEY]
+    )
+    examples.split_names = artifact_utils.encode_split_names(
+        example_gen_utils.generate_output_split_names(input_config, output_config)
+    )
+    splits = output_config.split_config.splits
+    return HashSplitOutput(
+        pattern=input_config.splits[0].pattern,
+        names=[split.name for split in splits],
+        buckets=[split.hash_buckets for split in splits],
+        examples=examples,
+    )
+
+
+def rejection_listing(header: str, uri: str, rejected: list) -> str:
+    """`header`, where the rejected are listed, and the first MAX_REJECTS_IN_MESSAGE of them."""
+    listing = "\n".join(f"  {item}" for item in rejected[:MAX_REJECTS_IN_MESSAGE])
+    more = (
+        f"\n  ... and {len(rejected) - MAX_REJECTS_IN_MESSAGE} more"
+        if len(rejected) > MAX_REJECTS_IN_MESSAGE
+        else ""
+    )
+    return f"{header}; all are listed in {uri}:\n{listing}{more}"
+
+
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Executor for FileBasedExampleGen: sharded, accounted CSV -> tf.Example conversion."""
 
@@ -176,36 +229,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        input_config = example_gen_pb2.Input()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config
-        )
-        output_config = example_gen_pb2.Output()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
-        )
+        split = hash_split_output(exec_properties, output_dict, "ShardedCsvExampleGen")
+        split_names, buckets, examples_artifact = split.names, split.buckets, split.examples
         num_shards = int(exec_properties.get(NUM_SHARDS_KEY, DEFAULT_NUM_SHARDS))
         null_values = tuple(
             json.loads(exec_properties.get(NULL_VALUES_KEY) or "null") or DEFAULT_NULL_VALUES
         )
         column_types = json.loads(exec_properties.get(COLUMN_TYPES_KEY) or "{}") or None
         max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY, 0.0))
-        if len(input_config.splits) != 1 or not output_config.split_config.splits:
-            raise ValueError(
-                "ShardedCsvExampleGen reads one input pattern and splits it by hash buckets; "
-                "give output_config.split_config"
-            )
-        split_names = [split.name for split in output_config.split_config.splits]
-        buckets = [split.hash_buckets for split in output_config.split_config.splits]
         input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
-        csv_files = list_csv_files(input_base, input_config.splits[0].pattern)
+        csv_files = list_csv_files(input_base, split.pattern)
 
-        examples_artifact = artifact_utils.get_single_instance(
-            output_dict[standard_component_specs.EXAMPLES_KEY]
-        )
-        examples_artifact.split_names = artifact_utils.encode_split_names(
-            example_gen_utils.generate_output_split_names(input_config, output_config)
-        )
         rejected_prefix = os.path.join(examples_artifact.uri, REJECTED_DIR, "rejected")
         logging.info(
             "ShardedCsvExampleGen: %d file(s) under %s -> splits %s (buckets %s), %d shard(s) each",
@@ -284,14 +318,8 @@ def read_rejected_rows(uri: str) -> list[csv_reader.RejectedRow]:
 
 
 def _rejection_message(uri: str, read: int, rejected: int, max_fraction: float) -> str:
-    rows = sorted(read_rejected_rows(uri), key=lambda r: (r.file, r.line))
-    listing = "\n".join(f"  {row}" for row in rows[:MAX_REJECTS_IN_MESSAGE])
-    more = (
-        f"\n  ... and {len(rows) - MAX_REJECTS_IN_MESSAGE} more"
-        if len(rows) > MAX_REJECTS_IN_MESSAGE
-        else ""
-    )
-    return (
-        f"{rejected} of {read} CSV row(s) rejected (allowed fraction {max_fraction}); "
-        f"all are listed in {uri}:\n{listing}{more}"
+    return rejection_listing(
+        f"{rejected} of {read} CSV row(s) rejected (allowed fraction {max_fraction})",
+        uri,
+        sorted(read_rejected_rows(uri), key=lambda r: (r.file, r.line)),
     )

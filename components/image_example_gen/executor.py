@@ -25,12 +25,9 @@ from typing import Any
 import apache_beam as beam
 from absl import logging
 from tfx import types
-from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.dsl.io import fileio
-from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
-from tfx.utils import proto_utils
 
 from components.example_gen import executor as example_gen_executor
 from components.image_example_gen import reader
@@ -39,7 +36,6 @@ METRICS_NAMESPACE = "ImageExampleGen"
 DEFAULT_NUM_SHARDS = 4
 REJECTED_DIR = "rejected_files"
 OUTPUT_FILE_PREFIX = "data_tfrecord"
-MAX_REJECTS_IN_MESSAGE = 20
 READ_THREADS = 4
 # Execution parameters beyond FileBasedExampleGenSpec's (see component.ImageExampleGenSpec).
 NUM_SHARDS_KEY = "num_shards"
@@ -120,9 +116,7 @@ class _WriteShard(beam.DoFn):
         ):
             ordered = sorted(files)
             results = _ordered_prefetch(pool, _read_and_validate, [f[0] for f in ordered])
-            for (source, class_name, label), (data, outcome) in zip(
-                ordered, results, strict=True
-            ):
+            for (source, class_name, label), (data, outcome) in zip(ordered, results, strict=True):
                 if isinstance(outcome, Exception):
                     self._rejected.inc()
                     rejected = reader.RejectedFile(source, str(outcome))
@@ -195,29 +189,15 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        input_config = example_gen_pb2.Input()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config
+        split = example_gen_executor.hash_split_output(
+            exec_properties, output_dict, "ImageExampleGen"
         )
-        output_config = example_gen_pb2.Output()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
-        )
-        if not output_config.split_config.splits:
-            raise ValueError("the image ExampleGen splits by hash buckets: give split_config")
+        split_names, buckets, examples_artifact = split.names, split.buckets, split.examples
         num_shards = int(exec_properties.get(NUM_SHARDS_KEY) or DEFAULT_NUM_SHARDS)
         max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY) or 0.0)
-        split_names = [split.name for split in output_config.split_config.splits]
-        buckets = [split.hash_buckets for split in output_config.split_config.splits]
         input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
         class_names = reader.list_class_names(input_base)
 
-        examples_artifact = artifact_utils.get_single_instance(
-            output_dict[standard_component_specs.EXAMPLES_KEY]
-        )
-        examples_artifact.split_names = artifact_utils.encode_split_names(
-            example_gen_utils.generate_output_split_names(input_config, output_config)
-        )
         rejected_uri = os.path.join(examples_artifact.uri, REJECTED_DIR, "rejected.jsonl")
         logging.info(
             "ImageExampleGen: %d class folder(s) under %s -> splits %s (buckets %s), "
@@ -299,14 +279,8 @@ def read_rejected_files(uri: str) -> list[reader.RejectedFile]:
 
 
 def _rejection_message(uri: str, found: int, rejected: int, max_fraction: float) -> str:
-    files = sorted(read_rejected_files(uri), key=lambda f: f.path)
-    listing = "\n".join(f"  {item}" for item in files[:MAX_REJECTS_IN_MESSAGE])
-    more = (
-        f"\n  ... and {len(files) - MAX_REJECTS_IN_MESSAGE} more"
-        if len(files) > MAX_REJECTS_IN_MESSAGE
-        else ""
-    )
-    return (
-        f"{rejected} of {found} image file(s) rejected (allowed fraction {max_fraction}); "
-        f"all are listed in {uri}:\n{listing}{more}"
+    return example_gen_executor.rejection_listing(
+        f"{rejected} of {found} image file(s) rejected (allowed fraction {max_fraction})",
+        uri,
+        sorted(read_rejected_files(uri), key=lambda f: f.path),
     )
