@@ -33,11 +33,11 @@ IN_MEMORY = ["--direct_running_mode=in_memory"]
 MULTI_PROCESSING = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
-def run_executor(
-    tmp_path, data_dir, *, num_shards=3, column_types=None, max_rejected=0.0, beam_args=IN_MEMORY
-):
+def run_example_gen(executor_class, examples_uri, input_base, pattern, parameters, beam_args):
+    """Runs an ExampleGen executor directly: one input pattern split 3:1 into train and eval,
+    plus the component's own `parameters`; returns the Examples artifact."""
     examples = standard_artifacts.Examples()
-    examples.uri = str(tmp_path / "examples")
+    examples.uri = str(examples_uri)
     output_config = example_gen_pb2.Output(
         split_config=example_gen_pb2.SplitConfig(
             splits=[
@@ -47,20 +47,35 @@ def run_executor(
         )
     )
     input_config = example_gen_pb2.Input(
-        splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*.csv")]
+        splits=[example_gen_pb2.Input.Split(name="single_split", pattern=pattern)]
     )
     exec_properties = {
-        "input_base": data_dir,
+        "input_base": input_base,
         "input_config": proto_utils.proto_to_json(input_config),
         "output_config": proto_utils.proto_to_json(output_config),
-        "num_shards": num_shards,
-        "null_values": json.dumps(["", "NA"]),
-        "column_types": json.dumps(column_types or {}),
-        "max_rejected_fraction": max_rejected,
+        **parameters,
     }
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=beam_args)
-    executor.Executor(context).Do({}, {"examples": [examples]}, exec_properties)
+    executor_class(context).Do({}, {"examples": [examples]}, exec_properties)
     return examples
+
+
+def run_executor(
+    tmp_path, data_dir, *, num_shards=3, column_types=None, max_rejected=0.0, beam_args=IN_MEMORY
+):
+    return run_example_gen(
+        executor.Executor,
+        tmp_path / "examples",
+        data_dir,
+        "*.csv",
+        {
+            "num_shards": num_shards,
+            "null_values": json.dumps(["", "NA"]),
+            "column_types": json.dumps(column_types or {}),
+            "max_rejected_fraction": max_rejected,
+        },
+        beam_args,
+    )
 
 
 def read_split(examples, split):

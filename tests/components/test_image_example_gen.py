@@ -12,13 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
-from tfx.dsl.components.base import base_beam_executor
-from tfx.proto import example_gen_pb2
-from tfx.types import standard_artifacts
-from tfx.utils import proto_utils
 
 from components import features
 from components.image_example_gen import executor, reader
+from tests.components.helpers import IN_MEMORY, run_example_gen
 
 GOOD_PER_CLASS = 12
 
@@ -41,7 +38,7 @@ def image_folder(tmp_path_factory):
     for class_index, name in enumerate(("cat", "dog")):
         (root / name).mkdir()
         for i in range(GOOD_PER_CLASS):
-            fmt, ext = (("PNG", ".png") if i % 3 == 0 else ("JPEG", ".jpg"))
+            fmt, ext = ("PNG", ".png") if i % 3 == 0 else ("JPEG", ".jpg")
             size = ((40, 30), (64, 64), (17, 90))[i % 3]
             mode = "L" if i % 2 else "RGB"
             path = root / name / f"{name}_{i:02d}{ext}"
@@ -62,31 +59,14 @@ def image_folder(tmp_path_factory):
 
 
 def run_executor(out_dir, input_base, *, num_shards=3, max_rejected=0.0):
-    examples = standard_artifacts.Examples()
-    examples.uri = str(out_dir)
-    output_config = example_gen_pb2.Output(
-        split_config=example_gen_pb2.SplitConfig(
-            splits=[
-                example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=3),
-                example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=1),
-            ]
-        )
+    return run_example_gen(
+        executor.Executor,
+        out_dir,
+        input_base,
+        "*/*",
+        {executor.NUM_SHARDS_KEY: num_shards, executor.MAX_REJECTED_FRACTION_KEY: max_rejected},
+        IN_MEMORY,
     )
-    input_config = example_gen_pb2.Input(
-        splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*/*")]
-    )
-    exec_properties = {
-        "input_base": input_base,
-        "input_config": proto_utils.proto_to_json(input_config),
-        "output_config": proto_utils.proto_to_json(output_config),
-        executor.NUM_SHARDS_KEY: num_shards,
-        executor.MAX_REJECTED_FRACTION_KEY: max_rejected,
-    }
-    context = base_beam_executor.BaseBeamExecutor.Context(
-        beam_pipeline_args=["--direct_running_mode=in_memory"]
-    )
-    executor.Executor(context).Do({}, {"examples": [examples]}, exec_properties)
-    return examples
 
 
 def read_split(uri: str, split: str) -> list[tf.train.Example]:
