@@ -12,10 +12,12 @@ Beam names them (<prefix>-00001-of-00004<suffix>), so readers that glob them are
 from __future__ import annotations
 
 import os
+import struct
 import zlib
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
+from apache_beam.io import filebasedsink
 
 
 def shard_path(prefix: str, index: int, num_shards: int, suffix: str) -> str:
@@ -118,6 +120,61 @@ def WriteBatchesToTFRecord(  # noqa: N802 (Beam PTransform naming)
     )
 
 
+def _masked_crc32c(data: bytes) -> int:
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_record(record: bytes) -> bytes:
+    """One TFRecord: length, masked CRC32C of the length, data, masked CRC32C of the data."""
+    length = struct.pack("<Q", len(record))
+    return b"".join(
+        (
+            length,
+            struct.pack("<I", _masked_crc32c(length)),
+            record,
+            struct.pack("<I", _masked_crc32c(record)),
+        )
+    )
+
+
+class _TFRecordBatchSink(filebasedsink.FileBasedSink):
+    """Beam FileBasedSink of TFRecord files whose elements are lists of serialized records.
+
+    Beam's own TFRecord sink takes one element per record and checksums it with crcmod's
+    table-driven CRC32C (about 0.3 ms per 110 KB image example, more than decoding and resizing
+    the image); here the checksum is google-crc32c's hardware CRC32C and a whole batch is one
+    element. Beam's sink machinery is unchanged: one temporary file per bundle, renamed to
+    <prefix>-SSSSS-of-NNNNN<suffix> when the write is finalized."""
+
+    def __init__(self, prefix: str, suffix: str, num_shards: int, compression_type):
+        super().__init__(
+            file_path_prefix=prefix,
+            coder=None,
+            file_name_suffix=suffix,
+            num_shards=num_shards,
+            mime_type="application/octet-stream",
+            compression_type=compression_type,
+        )
+
+    def write_record(self, file_handle, value: Sequence[bytes]):
+        file_handle.write(b"".join(frame_record(record) for record in value))
+
+
+@beam.ptransform_fn
+def StreamBatchesToTFRecord(  # noqa: N802 (Beam PTransform naming)
+    batches,
+    prefix: str,
+    suffix: str = "",
+    compression=beam.io.filesystem.CompressionTypes.UNCOMPRESSED,
+):
+    """PCollection of lists of serialized records -> TFRecord files, one per bundle (the runner
+    decides how many), without grouping: memory stays flat however large the records are."""
+    return batches | "Write" >> beam.io.Write(_TFRecordBatchSink(prefix, suffix, 0, compression))
+
+
 class _ReadFileAsRecordBatches(beam.DoFn):
     def __init__(self, schema_bytes: bytes | None, batch_size: int, compression: str):
         self._schema_bytes = schema_bytes
@@ -131,17 +188,27 @@ class _ReadFileAsRecordBatches(beam.DoFn):
         self._decoder = example_coder.ExamplesToRecordBatchDecoder(self._schema_bytes)
 
     def process(self, path: str):
-        import tensorflow as tf
+        from tensorflow.python.lib.io import _pywrap_record_io
 
         # AUTO: by file name, as Beam reads TFRecords ('.gz': gzip; image shards: none).
         compression = self._compression
         if compression == "AUTO":
             compression = "GZIP" if path.endswith(".gz") else ""
-        dataset = tf.data.TFRecordDataset(
-            path, compression_type=compression, buffer_size=8 << 20
-        ).batch(self._batch_size)
-        for records in dataset.as_numpy_iterator():
-            yield self._decoder.DecodeBatch(records.tolist())
+        # TensorFlow's C++ record reader (the one behind tf.data's TFRecordDataset), called
+        # directly: a tf.data pipeline per file costs a graph trace and a copy of every record
+        # into a NumPy object array.
+        reader = _pywrap_record_io.RecordIterator(path, compression)
+        try:
+            records: list[bytes] = []
+            for record in reader:
+                records.append(record)
+                if len(records) == self._batch_size:
+                    yield self._decoder.DecodeBatch(records)
+                    records = []
+            if records:
+                yield self._decoder.DecodeBatch(records)
+        finally:
+            reader.close()
 
 
 def list_files(file_patterns: Sequence[str]) -> list[str]:

@@ -408,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     guard.watch(reporter)  # Ctrl-C: what finished, how to resume, exit 130
     started = time.monotonic()
     try:
-        LocalDagRunner().run(tfx_pipeline)
+        with beam_runners.no_tfx_sdist_for_direct_runner():
+            LocalDagRunner().run(tfx_pipeline)
     except Exception as error:  # report any component failure in one clear block
         logging.exception("pipeline failed")
         failed = reporter.last_component or "the pipeline"

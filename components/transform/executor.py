@@ -7,8 +7,9 @@ offers no hook for it, so this executor swaps in a processor for the duration of
 changes how data enters and leaves Beam, not what is computed:
 
 - output: each transformed RecordBatch is encoded to tf.Examples in one C++ call and written as
-  `num_output_shards` gzip TFRecord files in bulk (components.bulk_tfrecord), instead of one Beam
-  element and one Python-framed record per example;
+  `num_output_shards` gzip TFRecord files in bulk (components.bulk_tfrecord), or with
+  `num_output_shards` 0 streamed a batch at a time to one uncompressed file per bundle, instead
+  of one Beam element and one Python-framed, crcmod-checksummed record per example;
 - input: tf.Example shards are read and decoded file by file into RecordBatches of
   `batch_size` rows (TensorFlow's C++ reader, tfx_bsl's decoder), instead of Beam's per-record
   ReadFromTFRecord followed by BatchElements;
@@ -116,25 +117,14 @@ class _EncodeRecordBatch(beam.DoFn):
 def _EncodeAndWriteSharded(pcoll, schema, output_path: str, num_shards: int):  # noqa: N802
     encoded = pcoll | "EncodeBatches" >> beam.ParDo(_EncodeRecordBatch(schema))
     if num_shards == STREAMING_SHARDS:
-        # No grouping: each bundle streams its records to its own file (the runner decides how
+        # No grouping: each bundle streams its batches to its own file (the runner decides how
         # many), so memory stays flat however large the transformed examples (images) are.
         # Uncompressed: float pixels barely compress (108 -> 91 KB for a 96x96x3 image) and
         # gzip cost 10x the decode and resize that produced them. Readers go by file name.
-        return (
-            encoded
-            | "Records" >> beam.FlatMap(_records)
-            | "WriteToTFRecord"
-            >> beam.io.WriteToTFRecord(
-                output_path, compression_type=beam.io.filesystem.CompressionTypes.UNCOMPRESSED
-            )
-        )
+        return encoded | "WriteToTFRecord" >> bulk_tfrecord.StreamBatchesToTFRecord(output_path)
     return encoded | "WriteToTFRecord" >> bulk_tfrecord.WriteBatchesToTFRecord(
         output_path, num_shards
     )
-
-
-def _records(batch):
-    return batch
 
 
 def _custom_config(exec_properties) -> dict:
