@@ -127,17 +127,20 @@ def _masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def record_header(record: bytes) -> bytes:
+    """What precedes a TFRecord's data: its length and the masked CRC32C of the length."""
+    length = struct.pack("<Q", len(record))
+    return length + struct.pack("<I", _masked_crc32c(length))
+
+
+def record_footer(record: bytes) -> bytes:
+    """What follows a TFRecord's data: the masked CRC32C of the data."""
+    return struct.pack("<I", _masked_crc32c(record))
+
+
 def frame_record(record: bytes) -> bytes:
     """One TFRecord: length, masked CRC32C of the length, data, masked CRC32C of the data."""
-    length = struct.pack("<Q", len(record))
-    return b"".join(
-        (
-            length,
-            struct.pack("<I", _masked_crc32c(length)),
-            record,
-            struct.pack("<I", _masked_crc32c(record)),
-        )
-    )
+    return record_header(record) + record + record_footer(record)
 
 
 class _TFRecordBatchSink(filebasedsink.FileBasedSink):
@@ -160,7 +163,12 @@ class _TFRecordBatchSink(filebasedsink.FileBasedSink):
         )
 
     def write_record(self, file_handle, value: Sequence[bytes]):
-        file_handle.write(b"".join(frame_record(record) for record in value))
+        # Each piece written as it is (the file object buffers the small ones): copying large
+        # records into one framed string first doubled the cost of writing them.
+        for record in value:
+            file_handle.write(record_header(record))
+            file_handle.write(record)
+            file_handle.write(record_footer(record))
 
 
 @beam.ptransform_fn

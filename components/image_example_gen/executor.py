@@ -143,11 +143,21 @@ def _ordered_prefetch(pool: futures.Executor, fn, items: list, window: int = 4 *
         yield pending.popleft().result()
 
 
+def _read_bytes(source: str) -> bytes:
+    # Local files through Python's own file object: TensorFlow's GFile (behind fileio) costs
+    # 0.14 ms per 30 KB file against 0.02 ms, most of it holding the GIL the other readers and
+    # the writer wait for. Remote file systems (gs://, ...) go through fileio.
+    if "://" not in source:
+        with open(source, "rb") as handle:
+            return handle.read()
+    with fileio.open(source, "rb") as handle:
+        return handle.read()
+
+
 def _read_and_validate(source: str):
     """(bytes, ImageFacts) of a valid image file, or (None, the error) naming the problem."""
     try:
-        with fileio.open(source, "rb") as handle:
-            data = handle.read()
+        data = _read_bytes(source)
         return data, reader.validate_image(source, data)
     except (ValueError, OSError) as error:
         return None, error
