@@ -29,7 +29,7 @@ from tfx.components.transform import labels
 from tfx.types import standard_component_specs
 from tfx_bsl.tfxio import tf_example_record
 
-from components import bulk_tfrecord
+from components import arrow_coder, bulk_tfrecord
 
 DEFAULT_NUM_SHARDS = 4
 DEFAULT_BATCH_SIZE = 10_000
@@ -39,6 +39,8 @@ NUM_SHARDS_CONFIG_KEY = "num_output_shards"
 STREAMING_SHARDS = 0
 BATCH_SIZE_CONFIG_KEY = "batch_size"
 _PASSTHROUGH_KEY_COLUMN = tfx_transform_executor._TRANSFORM_INTERNAL_FEATURE_FOR_KEY  # noqa: SLF001
+# RecordBatches' sizes estimated from their buffers, not by serializing them (arrow_coder).
+arrow_coder.register()
 # The stock class, kept before Do() swaps the module attribute.
 _StockTransformProcessor = tfx_transform_executor.TransformProcessor
 
