@@ -113,7 +113,12 @@ def run_measured(
     command: list[str], *, env: dict | None = None, log_path: str | None = None, interval=0.2
 ) -> ProcessResult:
     """Runs a command in a fresh process; wall time and peak RSS summed over its process tree
-    (Beam's multi-processing workers included), sampled every `interval` seconds."""
+    (Beam's multi-processing workers included), sampled every `interval` seconds.
+
+    Dirty pages are flushed first (not timed): the page cache absorbs a few GB of writes, then
+    the kernel throttles writers to the disk's speed, so without the flush a run that follows
+    gigabytes of writes (generated data, the previous run's outputs) is slowed by them."""
+    os.sync()
     log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
     started = time.monotonic()
     process = subprocess.Popen(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import gzip
 import json
 import os
@@ -72,8 +71,7 @@ class _AssignShard(beam.DoFn):
     """(path, class, label) -> ((split, shard), (path, class, label)). Both come from the path
     alone, so files (not their bytes) are what Beam groups: memory stays flat with the count."""
 
-    def __init__(self, input_base: str, split_names: list[str], buckets: list[int], shards: int):
-        self._input_base = input_base
+    def __init__(self, split_names: list[str], buckets: list[int], shards: int):
         self._split_names = split_names
         self._buckets = buckets
         self._shards = shards
@@ -81,7 +79,7 @@ class _AssignShard(beam.DoFn):
 
     def process(self, element: tuple[str, str, int]):
         self._found.inc()
-        relative = os.path.relpath(element[0], self._input_base)
+        relative = reader.relative_path(element[1], element[0])
         split = self._split_names[reader.split_index(relative, self._buckets)]
         yield (split, reader.shard_index(relative, self._shards)), element
 
@@ -92,8 +90,7 @@ class _WriteShard(beam.DoFn):
     when complete, so a retried or killed worker never leaves a half-written shard). Rejected
     files go out as JSON lines (tag 'rejected')."""
 
-    def __init__(self, input_base: str, split_uris: dict[str, str], shards: int):
-        self._input_base = input_base
+    def __init__(self, split_uris: dict[str, str], shards: int):
         self._split_uris = split_uris
         self._shards = shards
         self._rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "files_rejected")
@@ -117,9 +114,8 @@ class _WriteShard(beam.DoFn):
             futures.ThreadPoolExecutor(READ_THREADS) as pool,
         ):
             ordered = sorted(files)
-            work = functools.partial(_read_validate_frame, input_base=self._input_base)
             for (source, class_name, _), (framed, outcome) in zip(
-                ordered, _ordered_prefetch(pool, work, ordered), strict=True
+                ordered, _ordered_prefetch(pool, _read_validate_frame, ordered), strict=True
             ):
                 if isinstance(outcome, Exception):
                     self._rejected.inc()
@@ -177,7 +173,7 @@ def _open_gzip(path: str):
         yield out
 
 
-def _read_validate_frame(item: tuple[str, str, int], input_base: str):
+def _read_validate_frame(item: tuple[str, str, int]):
     """(the framed TFRecord of the file's tf.Example, ImageFacts) of a valid image file, or
     (None, the error) naming the problem."""
     source, class_name, label = item
@@ -186,7 +182,7 @@ def _read_validate_frame(item: tuple[str, str, int], input_base: str):
         facts = reader.validate_image(source, data)
     except (ValueError, OSError) as error:
         return None, error
-    relative = os.path.relpath(source, input_base)
+    relative = reader.relative_path(class_name, source)
     example = reader.to_example(data, relative, class_name, label, facts)
     return bulk_tfrecord.frame_record(example), facts
 
@@ -209,11 +205,10 @@ def ReadImageFoldersToShards(
         pipeline
         | "ClassFolders" >> beam.Create([(name, index) for index, name in enumerate(class_names)])
         | "ListFiles" >> beam.ParDo(_ListClassFolder(input_base))
-        | "AssignShards" >> beam.ParDo(_AssignShard(input_base, list(split_uris), buckets, shards))
+        | "AssignShards" >> beam.ParDo(_AssignShard(list(split_uris), buckets, shards))
         # Groups paths (not image bytes) per output shard; shards spread over the workers.
         | "GroupByShard" >> beam.GroupByKey()
-        | "ReadValidateWrite"
-        >> beam.ParDo(_WriteShard(input_base, split_uris, shards)).with_outputs(REJECTED)
+        | "ReadValidateWrite" >> beam.ParDo(_WriteShard(split_uris, shards)).with_outputs(REJECTED)
     )[REJECTED]
 
 

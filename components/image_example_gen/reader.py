@@ -18,7 +18,7 @@ import os
 import tensorflow as tf
 from PIL import Image
 
-from components import features
+from components import example_wire, features
 
 # Extension (lower case) -> the format PIL must find in the bytes.
 EXTENSION_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}
@@ -60,6 +60,12 @@ def list_class_names(input_base: str) -> list[str]:
             f"{names or 'none'}"
         )
     return names
+
+
+def relative_path(class_name: str, path: str) -> str:
+    """'class/file.jpg', the path of a listed file relative to the input base (list_class_files
+    lists the files directly inside each class folder)."""
+    return f"{class_name}/{os.path.basename(path)}"
 
 
 def list_class_files(input_base: str, class_name: str) -> tuple[list[str], list[str]]:
@@ -134,18 +140,15 @@ def shard_index(relative_path: str, shards: int) -> int:
 def to_example(
     data: bytes, relative_path: str, class_name: str, label: int, facts: ImageFacts
 ) -> bytes:
-    def bytes_feature(value: bytes):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-    def int_feature(value: int):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-
-    feature = {
-        features.IMAGE_KEY: bytes_feature(data),
-        features.IMAGE_LABEL_KEY: bytes_feature(class_name.encode("utf-8")),
-        features.IMAGE_LABEL_ID_KEY: int_feature(label),
-        features.IMAGE_PATH_KEY: bytes_feature(relative_path.encode("utf-8")),
-        features.IMAGE_HEIGHT_KEY: int_feature(facts.height),
-        features.IMAGE_WIDTH_KEY: int_feature(facts.width),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    """The serialized tf.Example of one image file (written in the wire format directly: see
+    components.example_wire)."""
+    return example_wire.example(
+        {
+            features.IMAGE_KEY: example_wire.bytes_feature(data),
+            features.IMAGE_LABEL_KEY: example_wire.bytes_feature(class_name.encode("utf-8")),
+            features.IMAGE_LABEL_ID_KEY: example_wire.int64_feature(label),
+            features.IMAGE_PATH_KEY: example_wire.bytes_feature(relative_path.encode("utf-8")),
+            features.IMAGE_HEIGHT_KEY: example_wire.int64_feature(facts.height),
+            features.IMAGE_WIDTH_KEY: example_wire.int64_feature(facts.width),
+        }
+    )
