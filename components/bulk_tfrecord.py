@@ -3,10 +3,12 @@
 Beam's WriteToTFRecord and ReadFromTFRecord move every record through the runner as its own
 element and frame, checksum and (de)compress it in Python: on the DirectRunner that per-record
 work costs more than the CSV parsing, encoding and TensorFlow work around it. Here a Beam element
-is a batch: writers receive lists of serialized records, group them by output shard and write each
-shard with TensorFlow's C++ TFRecordWriter; the reader turns each input file into Arrow
-RecordBatches with TensorFlow's C++ reader and tfx_bsl's C++ decoder. Output files are named as
-Beam names them (<prefix>-00001-of-00004<suffix>), so readers that glob them are unaffected.
+is a batch. WriteBatchesToTFRecord groups lists of serialized records by output shard and writes
+each shard with TensorFlow's C++ TFRecordWriter; StreamBatchesToTFRecord writes them without
+grouping, one file per bundle, through Beam's FileBasedSink with a hardware CRC32C. The reader
+turns each input file into Arrow RecordBatches with TensorFlow's C++ record reader and tfx_bsl's
+C++ decoder. Output files are named as Beam names them (<prefix>-00001-of-00004<suffix>), so
+readers that glob them are unaffected.
 """
 
 from __future__ import annotations
