@@ -224,7 +224,7 @@ def test_tfx_packages_itself_only_for_runners_off_this_machine(monkeypatch):
 
     def stock(args):
         built.append(list(args))
-        return [*args, "--extra_package=/tmp/tfx_ephemeral.tar.gz"]
+        return [*args, "--extra_package=tfx_ephemeral.tar.gz"]
 
     monkeypatch.setattr(dependency_utils, "make_beam_dependency_flags", stock)
     direct = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -234,7 +234,7 @@ def test_tfx_packages_itself_only_for_runners_off_this_machine(monkeypatch):
         assert base_beam_executor.dependency_utils.make_beam_dependency_flags(direct) == direct
         assert dependency_utils.make_beam_dependency_flags([]) == []
         flink_args = dependency_utils.make_beam_dependency_flags(flink)
-    assert flink_args == [*flink, "--extra_package=/tmp/tfx_ephemeral.tar.gz"]
+    assert flink_args == [*flink, "--extra_package=tfx_ephemeral.tar.gz"]
     assert built == [flink]
     # Outside the context TFX's own behaviour is back.
     assert dependency_utils.make_beam_dependency_flags(direct)[-1].startswith("--extra_package")
