@@ -177,17 +177,6 @@ def auto_workers(input_bytes: int, images: bool = False) -> int:
     return beam.num_workers if beam.mode == "multi_processing" else 1
 
 
-def run_local_dag(tfx_pipeline) -> None:
-    """Runs the pipeline as run_local.py does: LocalDagRunner, no TFX sdist for the
-    DirectRunner."""
-    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-
-    from pipeline import beam_runners
-
-    with beam_runners.no_tfx_sdist_for_direct_runner():
-        LocalDagRunner().run(tfx_pipeline)
-
-
 def data_pipeline(name: str, root: str, components: list, beam_args: list[str]):
     """An uncached LocalDagRunner pipeline of the given components, SQLite MLMD under root."""
     from tfx.orchestration import metadata

@@ -112,8 +112,10 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, required=True)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    from pipeline import run_local
+
     beam_args = common.direct_beam_args(args.workers)
-    common.run_local_dag(build_pipeline(args.data, args.root, beam_args, args.size))
+    run_local.run_dag(build_pipeline(args.data, args.root, beam_args, args.size))
     print(json.dumps(component_seconds(args.root)))
     return 0
 

@@ -100,8 +100,10 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 2, before TensorFlow loads
+    from pipeline import run_local
+
     beam_args = common.direct_beam_args(args.workers)
-    common.run_local_dag(build_pipeline(args.data, args.root, beam_args, args.shards))
+    run_local.run_dag(build_pipeline(args.data, args.root, beam_args, args.shards))
     print(json.dumps(component_results(args.root)))
     return 0
 

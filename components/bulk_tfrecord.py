@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
+import google_crc32c
 from apache_beam.io import filebasedsink
 
 
@@ -123,8 +124,6 @@ def WriteBatchesToTFRecord(  # noqa: N802 (Beam PTransform naming)
 
 
 def _masked_crc32c(data: bytes) -> int:
-    import google_crc32c
-
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 

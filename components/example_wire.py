@@ -11,7 +11,6 @@ in the tests) and copies the large values once.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 
 _LENGTH_DELIMITED = 2
@@ -42,11 +41,6 @@ def int64_feature(*values: int) -> bytes:
     """Feature{int64_list: Int64List{value: values}} (packed)."""
     packed = b"".join(_varint(value) for value in values)
     return _field(3, _field(1, packed) if values else b"")
-
-
-def float_feature(*values: float) -> bytes:
-    """Feature{float_list: FloatList{value: values}} (packed float32)."""
-    return float32_feature(struct.pack(f"<{len(values)}f", *values))
 
 
 def float32_feature(little_endian_float32: bytes) -> bytes:

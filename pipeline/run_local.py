@@ -369,6 +369,15 @@ def describe_training(training: config_lib.TrainingConfig) -> str:
     return training.strategy
 
 
+def run_dag(tfx_pipeline) -> None:
+    """Runs the pipeline with TFX's LocalDagRunner, without TFX's sdist for the DirectRunner
+    (beam_runners.no_tfx_sdist_for_direct_runner)."""
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+
+    with beam_runners.no_tfx_sdist_for_direct_runner():
+        LocalDagRunner().run(tfx_pipeline)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -397,8 +406,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     out.flush()
 
-    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-
     from pipeline import builder, progress, run_summary
 
     with warnings.catch_warnings():
@@ -408,8 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     guard.watch(reporter)  # Ctrl-C: what finished, how to resume, exit 130
     started = time.monotonic()
     try:
-        with beam_runners.no_tfx_sdist_for_direct_runner():
-            LocalDagRunner().run(tfx_pipeline)
+        run_dag(tfx_pipeline)
     except Exception as error:  # report any component failure in one clear block
         logging.exception("pipeline failed")
         failed = reporter.last_component or "the pipeline"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import tensorflow as tf
 
@@ -24,7 +26,9 @@ def _wire(features: dict) -> bytes:
     encoders = {
         "bytes": example_wire.bytes_feature,
         "int": example_wire.int64_feature,
-        "float": example_wire.float_feature,
+        "float": lambda *values: example_wire.float32_feature(
+            struct.pack(f"<{len(values)}f", *values)
+        ),
     }
     return example_wire.example(
         {name: encoders[kind](*values) for name, (kind, values) in features.items()}
@@ -49,9 +53,7 @@ def test_every_kind_and_edge_value_parses_back_equal():
 
 def test_float32_bytes_feature_is_numpy_pixels():
     pixels = np.random.default_rng(0).random((4, 4, 3), dtype=np.float32)
-    serialized = example_wire.example(
-        {"pixels": example_wire.float32_feature(pixels.tobytes())}
-    )
+    serialized = example_wire.example({"pixels": example_wire.float32_feature(pixels.tobytes())})
     parsed = tf.io.parse_single_example(
         serialized, {"pixels": tf.io.FixedLenFeature([4, 4, 3], tf.float32)}
     )
