@@ -56,6 +56,34 @@ class Run:
             self._log.close()
 
 
+def wait_for_running_execution(metadata_path: str, node_id: str, timeout: float = 120) -> int:
+    """The id of `node_id`'s RUNNING execution, once the run has registered it in MLMD.
+
+    "<node> started" is printed when TFX's launcher begins the node, before its driver resolves
+    the inputs and registers the execution: a signal sent on that line alone can land before
+    there is any execution to leave behind. Read-only, so the run's own writes are not blocked.
+    """
+    query = (
+        "SELECT e.id FROM Execution e JOIN Association a ON a.execution_id = e.id "
+        "JOIN Context c ON c.id = a.context_id JOIN Type t ON t.id = c.type_id "
+        "WHERE t.name = 'node' AND c.name LIKE ? AND e.last_known_state = ?"
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with sqlite3.connect(f"file:{metadata_path}?mode=ro", uri=True) as connection:
+                rows = connection.execute(
+                    query, (f"%.{node_id}", mlmd.Execution.RUNNING)
+                ).fetchall()
+            if rows:
+                return max(row[0] for row in rows)
+        except sqlite3.OperationalError:  # locked by the run's writer for a moment
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no RUNNING {node_id} execution in {metadata_path}")
+        time.sleep(0.2)
+
+
 def kill(run: Run) -> None:
     """SIGKILL, as the OOM killer or a lost session does: no handler runs."""
     run.signal(signal.SIGKILL)

@@ -12,7 +12,13 @@ import pytest
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
 from pipeline import inspect_mlmd, run_guard
-from tests.reliability.helpers import Run, kill, node_states, store_is_consistent
+from tests.reliability.helpers import (
+    Run,
+    kill,
+    node_states,
+    store_is_consistent,
+    wait_for_running_execution,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -25,6 +31,7 @@ def test_killed_and_interrupted_runs_resume_without_reading_partial_output(tmp_p
 
     first = Run(*args, log_path=str(tmp_path / "run1.log"))
     first.wait_for("Transform started")
+    wait_for_running_execution(metadata, "Transform")
     time.sleep(3)  # inside tf.Transform's analysis
     kill(first)
     store = inspect_mlmd.open_store(metadata)
@@ -43,6 +50,7 @@ def test_killed_and_interrupted_runs_resume_without_reading_partial_output(tmp_p
 
     second = Run(*args, log_path=str(tmp_path / "run2.log"))
     second.wait_for("Trainer started")
+    trainer_id = wait_for_running_execution(metadata, "Trainer")
     assert "Recovered 1 execution(s)" in second.output
     assert f"Transform (execution {transform.id}" in second.output
     for name in ("CsvExampleGen", "StatisticsGen", "ExampleValidator"):
@@ -54,7 +62,9 @@ def test_killed_and_interrupted_runs_resume_without_reading_partial_output(tmp_p
 
     third = Run(*args, log_path=str(tmp_path / "run3.log"))
     third.wait_for("Evaluator started")
-    assert "Recovered 1 execution(s)" in third.output and "Trainer (execution" in third.output
+    evaluator_id = wait_for_running_execution(metadata, "Evaluator")
+    assert "Recovered 1 execution(s)" in third.output
+    assert f"Trainer (execution {trainer_id}" in third.output
     assert "Transform cached" in third.output and "Trainer executed" in third.output
     interrupted_at = time.monotonic()
     third.signal(signal.SIGINT)
@@ -66,7 +76,8 @@ def test_killed_and_interrupted_runs_resume_without_reading_partial_output(tmp_p
 
     fourth = Run(*args, log_path=str(tmp_path / "run4.log"))
     assert fourth.wait() == 0, fourth.output
-    assert "Evaluator (execution" in fourth.output and "Trainer cached" in fourth.output
+    assert f"Evaluator (execution {evaluator_id}" in fourth.output, fourth.output
+    assert "Trainer cached" in fourth.output
     assert "blessed:       yes" in fourth.output and "not pushed" not in fourth.output
 
     assert store_is_consistent(metadata) == []
