@@ -1,0 +1,69 @@
+"""The image benchmark's arithmetic and its tf.data baseline on a few real JPEGs."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from benchmarks import image_ingestion
+from pipeline import image_data
+
+
+def test_steady_state_is_the_line_through_both_runs():
+    # 12 s of start-up, then 400 images/s.
+    rate, fixed = image_ingestion.steady_state(12 + 5_000 / 400, 12 + 20_000 / 400, 5_000, 20_000)
+    assert rate == pytest.approx(400)
+    assert fixed == pytest.approx(12)
+
+
+def measured(ours_small, ours_large, base_small, base_large):
+    def run(seconds, rss):
+        return {"wall_s": seconds, "peak_rss": rss, "seconds": {}, "examples": 0}
+
+    return {
+        ("pipeline", 1_000): run(ours_small, 2**30),
+        ("pipeline", 4_000): run(ours_large, 2**30),
+        ("baseline", 1_000): run(base_small, 2**29),
+        ("baseline", 4_000): run(base_large, 2**29),
+    }
+
+
+def test_the_target_is_checked_on_the_rate_of_further_images_and_the_whole_run_is_reported():
+    # Ours: 20 s fixed + 2 ms/image; baseline: 4 s fixed + 1 ms/image.
+    rows = image_ingestion.rows_from(measured(22, 28, 5, 8), 4_000, 96, 1)
+    whole, steady, memory = rows
+    assert whole.ratio == pytest.approx(8 / 28) and whole.target is None
+    assert steady.ours == pytest.approx(500) and steady.reference == pytest.approx(1_000)
+    assert steady.ratio == pytest.approx(0.5) and steady.passed is True
+    assert "fixed cost ours 20 s, tf.data baseline 4 s" in steady.note
+    assert memory.ratio == pytest.approx(1.0) and memory.passed is True
+    # 3 ms/image against the baseline's 1 ms: a third of its rate fails the target.
+    _, slower, _ = image_ingestion.rows_from(measured(23, 32, 5, 8), 4_000, 96, 1)
+    assert slower.ratio == pytest.approx(1 / 3) and slower.passed is False
+
+
+def test_baseline_writes_decoded_resized_scaled_pixels_for_every_file(tmp_path):
+    data = image_data.write_synthetic(str(tmp_path / "jpeg"), 12, 40, 3, seed=1)
+    out = tmp_path / "out"
+    argv = ["--data", data, "--out", str(out), "--size", "8"]
+    assert image_ingestion.baseline_main(argv) == 0
+    [path] = glob.glob(str(out / "*.tfrecord"))
+    examples = [tf.train.Example.FromString(r) for r in tf.compat.v1.io.tf_record_iterator(path)]
+    assert len(examples) == 12
+    classes = sorted(d for d in os.listdir(data) if os.path.isdir(os.path.join(data, d)))
+    expected = {}
+    for label, name in enumerate(classes):
+        for file in glob.glob(os.path.join(data, name, "*.jpg")):
+            image = tf.io.decode_jpeg(tf.io.read_file(file), channels=3)
+            pixels = (tf.image.resize(image, [8, 8]) / 255.0).numpy().ravel()
+            expected[pixels.tobytes()] = label
+    for example in examples:
+        pixels = np.array(example.features.feature["image_xf"].float_list.value, np.float32)
+        assert pixels.shape == (8 * 8 * 3,)
+        assert expected[pixels.tobytes()] == example.features.feature["label"].int64_list.value[0]
+    assert Image.open(glob.glob(os.path.join(data, "*", "*.jpg"))[0]).size == (40, 40)
