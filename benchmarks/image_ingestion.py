@@ -1,6 +1,7 @@
 """Image ingestion + Transform vs. a hand-written tf.data baseline, images/s and memory.
 
     python -m benchmarks.image_ingestion [--quick] [--work_dir DIR] [--images N] [--size S]
+                                         [--repeats K]
 
 On one generated JPEG set (pipeline.image_data synth: 256x256, 10 classes), side by side in one
 run, each in a fresh process with peak resident memory summed over its process tree:
@@ -15,6 +16,12 @@ run, each in a fresh process with peak resident memory summed over its process t
 Both resize to --size (default 96: the float32 pixels are 110 KB per image; at 224 they would
 be 602 KB, 12 GB for 20,000 images). Memory is measured at a quarter of the images and at all of
 them: it must not grow with the image count.
+
+The target (>= 0.5x the baseline's images/s) is checked on the whole run at N images, start-up
+included. The rate of further images (the line through the N/4 and N runs) and each side's
+fixed cost are reported beside it: on a shared machine this difference of two runs is noisier
+than either run. --repeats K runs each side K times per size, alternating, and keeps the
+fastest.
 """
 
 from __future__ import annotations
@@ -202,6 +209,7 @@ def run(
     images: int | None = None,
     size: int = DEFAULT_SIZE,
     workers: int | None = None,
+    repeats: int = 1,
 ):
     images = images or (QUICK_IMAGES if quick else FULL_IMAGES)
     # What run_local's --beam_mode auto picks for images.
@@ -210,20 +218,31 @@ def run(
     measured = {}
     for count in (images // 4, images):
         data_dir = synth_images(work_dir, count)
-        for kind in ("pipeline", "baseline"):
-            print(f"  image_ingestion: {count:,} images: {kind} ...", flush=True)
-            result = measure(kind, data_dir, work_dir, str(count), size, workers)
-            if result["examples"] != count:
-                raise AssertionError(f"{kind} wrote {result['examples']} of {count} images")
-            measured[(kind, count)] = result
-            print(
-                f"  image_ingestion: {count:,} images: {kind} {result['wall_s']:.1f} s, "
-                f"{count / result['wall_s']:.0f} images/s, peak RSS "
-                f"{result['peak_rss'] / 2**30:.2f} GiB"
-                + (f", components {result['seconds']}" if "seconds" in result else ""),
-                flush=True,
-            )
+        # Ours and the baseline alternate, so a burst of load from other jobs on a shared machine
+        # hits both; each point keeps its fastest run (and the highest memory of its runs).
+        for _ in range(repeats):
+            for kind in ("pipeline", "baseline"):
+                print(f"  image_ingestion: {count:,} images: {kind} ...", flush=True)
+                result = measure(kind, data_dir, work_dir, str(count), size, workers)
+                if result["examples"] != count:
+                    raise AssertionError(f"{kind} wrote {result['examples']} of {count} images")
+                measured[(kind, count)] = fastest(measured.get((kind, count)), result)
+                print(
+                    f"  image_ingestion: {count:,} images: {kind} {result['wall_s']:.1f} s, "
+                    f"{count / result['wall_s']:.0f} images/s, peak RSS "
+                    f"{result['peak_rss'] / 2**30:.2f} GiB"
+                    + (f", components {result['seconds']}" if "seconds" in result else ""),
+                    flush=True,
+                )
     return rows_from(measured, images, size, workers)
+
+
+def fastest(kept: dict | None, result: dict) -> dict:
+    """The faster of two runs of one point, with the higher peak memory of the two."""
+    if kept is None:
+        return result
+    faster = result if result["wall_s"] < kept["wall_s"] else kept
+    return {**faster, "peak_rss": max(kept["peak_rss"], result["peak_rss"])}
 
 
 def steady_state(seconds_small: float, seconds_large: float, small: int, large: int):
@@ -250,7 +269,7 @@ def rows_from(measured: dict, images: int, size: int, workers: int) -> list:
             images / ours["wall_s"],
             images / reference["wall_s"],
             "images/s",
-            None,
+            TARGET_VS_BASELINE,
             note=f"ours {ours['wall_s']:.0f} s (per component: {ours['seconds']}), "
             f"tf.data baseline {reference['wall_s']:.0f} s; Beam {beam_mode}",
         ),
@@ -259,7 +278,7 @@ def rows_from(measured: dict, images: int, size: int, workers: int) -> list:
             rate,
             reference_rate,
             "images/s",
-            TARGET_VS_BASELINE,
+            None,
             note=f"each further image, start-up excluded: fixed cost ours {fixed:.0f} s, "
             f"tf.data baseline {reference_fixed:.0f} s (the line through both runs' wall times)",
         ),
@@ -287,8 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=None)
     parser.add_argument("--size", type=int, default=DEFAULT_SIZE)
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each side at each size, alternating; the fastest of each is kept",
+    )
     args = parser.parse_args(argv)
-    rows = run(args.quick, args.work_dir, args.images, args.size, args.workers)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    rows = run(args.quick, args.work_dir, args.images, args.size, args.workers, args.repeats)
     print(common.format_table(rows))
     return 0 if all(row.passed is not False for row in rows) else 1
 
