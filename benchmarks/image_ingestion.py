@@ -94,7 +94,6 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
             transform_executor.NUM_SHARDS_CONFIG_KEY: transform_executor.STREAMING_SHARDS,
             **builder.image_transform_config(size),
         },
-        disable_statistics=True,
     ).with_id("Transform")
     return common.data_pipeline(
         PIPELINE_NAME, root, [example_gen, schema_gen, transform], beam_args

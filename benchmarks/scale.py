@@ -74,7 +74,6 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], shards: int):
             features.LABEL_KEY_CONFIG: dataset.label_key,
             transform_executor.NUM_SHARDS_CONFIG_KEY: shards,
         },
-        disable_statistics=True,
     ).with_id("Transform")
     return common.data_pipeline(
         PIPELINE_NAME, root, [example_gen, schema_gen, transform], beam_args
