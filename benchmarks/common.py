@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -76,6 +77,14 @@ def format_table(rows: list[Row]) -> str:
     out.insert(1, "-" * len(out[0]))
     footer = [f"machine: {os.cpu_count()} CPU core(s)"]
     return "\n".join(out + ([""] + ["notes:"] + notes if notes else []) + [""] + footer)
+
+
+def fresh_output(path: str) -> str:
+    """`path`, emptied: every measured run starts from an empty output directory (with a reused
+    work directory or repeated runs, earlier runs' outputs, gigabytes each, would pile up and
+    fill the disk)."""
+    shutil.rmtree(path, ignore_errors=True)
+    return path
 
 
 def _tree_rss_bytes(root_pid: int) -> int:

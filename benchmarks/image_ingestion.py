@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 
@@ -189,10 +188,7 @@ def baseline_main(argv: list[str]) -> int:
 
 
 def measure(kind: str, data_dir: str, work_dir: str, tag: str, size: int, workers: int) -> dict:
-    out = os.path.join(work_dir, f"{kind}-{tag}")
-    # Every run starts from an empty output directory: with --repeats or a reused --work_dir,
-    # earlier runs' outputs (about 3 GB per 20,000 images) would pile up and fill the disk.
-    shutil.rmtree(out, ignore_errors=True)
+    out = common.fresh_output(os.path.join(work_dir, f"{kind}-{tag}"))
     command = [common.PYTHON, "-m", "benchmarks.image_ingestion", f"_{kind}", "--data", data_dir]
     if kind == "pipeline":
         command += ["--root", out, "--workers", str(workers)]

@@ -121,7 +121,7 @@ def mode_name(workers: int) -> str:
 
 
 def measure_pipeline(data_dir: str, work_dir: str, workers: int, tag: str) -> dict:
-    root = os.path.join(work_dir, f"ours-{tag}")
+    root = common.fresh_output(os.path.join(work_dir, f"ours-{tag}"))
     command = [common.PYTHON, "-m", "benchmarks.scale", "_pipeline", "--data", data_dir]
     command += ["--root", root, "--workers", str(workers)]
     result = common.run_measured(
@@ -133,7 +133,7 @@ def measure_pipeline(data_dir: str, work_dir: str, workers: int, tag: str) -> di
 
 def measure_baseline(data_dir: str, work_dir: str, tag: str) -> dict:
     command = [common.PYTHON, "-m", "benchmarks.scale_baseline", "--data", data_dir]
-    command += ["--out", os.path.join(work_dir, f"baseline-{tag}")]
+    command += ["--out", common.fresh_output(os.path.join(work_dir, f"baseline-{tag}"))]
     result = common.run_measured(
         command, env=common.child_env(), log_path=os.path.join(work_dir, f"baseline-{tag}.log")
     )

@@ -75,3 +75,14 @@ def test_baseline_writes_decoded_resized_scaled_pixels_for_every_file(tmp_path):
         assert pixels.shape == (8 * 8 * 3,)
         assert expected[pixels.tobytes()] == example.features.feature["label"].int64_list.value[0]
     assert Image.open(glob.glob(os.path.join(data, "*", "*.jpg"))[0]).size == (40, 40)
+
+
+def test_each_measured_run_starts_from_an_empty_output_directory(tmp_path):
+    from benchmarks import common
+
+    out = tmp_path / "pipeline-20000"
+    (out / "Transform" / "1").mkdir(parents=True)
+    (out / "Transform" / "1" / "data.tfrecord").write_bytes(b"x" * 1000)
+    assert common.fresh_output(str(out)) == str(out)
+    assert not out.exists()
+    assert common.fresh_output(str(tmp_path / "never-made")) == str(tmp_path / "never-made")
