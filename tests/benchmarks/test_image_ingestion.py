@@ -19,6 +19,9 @@ def test_steady_state_is_the_line_through_both_runs():
     rate, fixed = image_ingestion.steady_state(12 + 5_000 / 400, 12 + 20_000 / 400, 5_000, 20_000)
     assert rate == pytest.approx(400)
     assert fixed == pytest.approx(12)
+    # A larger run that was not slower (load from other jobs) has no such line.
+    assert image_ingestion.steady_state(30, 29, 5_000, 20_000) is None
+    assert image_ingestion.steady_state(30, 30, 5_000, 20_000) is None
 
 
 def measured(ours_small, ours_large, base_small, base_large):
@@ -45,6 +48,9 @@ def test_the_target_is_checked_on_the_whole_run_and_the_rate_of_further_images_i
     # 2 s fixed + 1.5 ms/image against 4 s + 1 ms: 8 / 8 s, the target is met.
     met, _, _ = image_ingestion.rows_from(measured(3.5, 8, 5, 8), 4_000, 96, 1)
     assert met.ratio == pytest.approx(1.0) and met.passed is True
+    # The baseline's larger run faster than its smaller one: the line is left out, not made up.
+    whole, memory = image_ingestion.rows_from(measured(22, 28, 8, 7), 4_000, 96, 1)
+    assert whole.passed is False and memory.passed is True
 
 
 def test_repeats_keep_the_fastest_run_and_the_highest_memory():
