@@ -24,8 +24,10 @@ import dataclasses
 import json
 import os
 
+from components import features
 from kubeflow.config import (
     GPU_RESOURCE,
+    IMAGE_DIGITS_DIR,
     IMAGE_PROJECT_DIR,
     IMAGE_SITE_PACKAGES,
     KubeflowConfig,
@@ -68,12 +70,64 @@ def _site_packages() -> str:
 
 
 def kubeflow_dataset(
-    data_root: str | None, label_key: str | None, name: str | None, schema_path: str | None
+    data_root: str | None,
+    label_key: str | None,
+    name: str | None,
+    schema_path: str | None,
+    *,
+    images: str | None = None,
+    embedded: str = datasets.PENGUINS,
+    image_size: int = datasets.DIGITS_IMAGE_SIZE,
 ) -> DatasetConfig:
-    """The dataset as the pods see it. Default: the penguins CSV inside the image. Users' data:
-    a URI or mounted path, with a curated schema from schemas/ (no inference on the cluster)."""
+    """The dataset as the pods see it. Default: the penguins CSV inside the image; digits: the
+    JPEG class folders written into the image at build time. Users' data: CSV files
+    (data_root, label_key) or image class folders (images) under a URI or mounted path, with a
+    curated schema from schemas/ (no inference on the cluster)."""
     from pipeline import preflight
 
+    if images is not None and data_root is not None:
+        raise ConfigError(
+            "invalid configuration: --images and --data_root are exclusive (image class "
+            "folders or CSV files)"
+        )
+    if embedded != datasets.PENGUINS and (images is not None or data_root is not None):
+        raise ConfigError(
+            f"invalid configuration: --dataset {embedded} is an embedded dataset; drop "
+            "--data_root/--images"
+        )
+    if embedded == datasets.DIGITS:
+        return DatasetConfig(
+            name=datasets.DIGITS,
+            data_root=IMAGE_DIGITS_DIR,
+            label_key=features.IMAGE_LABEL_KEY,
+            schema_path=image_path(
+                _image_schema(schema_path or datasets.curated_schema_path(datasets.DIGITS))
+            ),
+            kind="images",
+            image_size=image_size,
+        )
+    if images is not None:
+        if label_key:
+            raise ConfigError(
+                "invalid configuration: --label is for CSV data; with --images the class "
+                "folder names are the labels"
+            )
+        name = name or os.path.basename(images.rstrip("/")) or "images"
+        schema_path = schema_path or datasets.curated_schema_path(name)
+        if not schema_path:
+            raise ConfigError(
+                f"invalid configuration: no curated schema for image dataset {name!r} (--schema "
+                f"or schemas/{name}/schema.pbtxt); run locally once with --images to infer and "
+                "review one"
+            )
+        return DatasetConfig(
+            name=name,
+            data_root=images,
+            label_key=features.IMAGE_LABEL_KEY,
+            schema_path=image_path(_image_schema(schema_path)),
+            kind="images",
+            image_size=image_size,
+        )
     if data_root is None:
         dataset = datasets.penguins()
         facts = preflight.check_dataset(dataset)  # the same file the image carries
@@ -104,6 +158,24 @@ def kubeflow_dataset(
         schema_path=image_path(schema_path),
         column_types=column_types,
     )
+
+
+def _image_schema(schema_path: str) -> str:
+    """The schema, checked to describe what the image ExampleGen writes (the image bytes and
+    the label): a CSV schema here would fail only on the cluster, in Transform."""
+    from pipeline import preflight
+
+    try:
+        schema = preflight.load_schema(schema_path)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"invalid --schema: {error}") from None
+    missing = {features.IMAGE_KEY, features.IMAGE_LABEL_KEY} - {f.name for f in schema.feature}
+    if missing:
+        raise ConfigError(
+            f"invalid --schema {schema_path}: an image dataset's schema needs the feature(s) "
+            f"{sorted(missing)} the image ExampleGen writes"
+        )
+    return schema_path
 
 
 def resource_spec(resources: Resources):

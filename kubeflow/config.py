@@ -19,6 +19,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Where the images put the project (WORKDIR) and its virtual environment: the compiled pipeline
 # refers to files inside the image by these paths (curated schemas, the embedded penguins CSV).
 IMAGE_PROJECT_DIR = "/app"
+# The embedded digits dataset (scikit-learn's handwritten digits as JPEG class folders), written
+# into the project's image when it is built (kubeflow/Dockerfile), as the penguins CSV ships in
+# its package.
+IMAGE_DIGITS_DIR = f"{IMAGE_PROJECT_DIR}/data/digits"
 IMAGE_VENV = "/opt/venv"
 IMAGE_SITE_PACKAGES = f"{IMAGE_VENV}/lib/python3.10/site-packages"
 

@@ -24,12 +24,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 from kubeflow import config as kf_config  # noqa: E402
-from pipeline import beam_runners  # noqa: E402
+from pipeline import beam_runners, datasets  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 DEFAULT_PACKAGE = "pipeline.yaml"
+# Transform's TFRecord shards per split for tabular data (>= TFJob workers for FILE sharding).
+TRANSFORM_SHARDS = 8
 
 
 def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
@@ -46,13 +48,47 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         "--serving_model_dir", default=None, help="default: <pipeline_root>/serving_model"
     )
     parser.add_argument(
+        "--dataset",
+        choices=(datasets.PENGUINS, datasets.DIGITS),
+        default=datasets.PENGUINS,
+        help="embedded dataset inside the image: penguins (CSV) or digits (scikit-learn's "
+        "handwritten digits as JPEG class folders, written into the image when it is built)",
+    )
+    parser.add_argument(
         "--data_root",
         default=None,
         help="default value of the pipeline's data_root parameter (default: the penguins CSV "
         "inside the image); CSV files under it",
     )
     parser.add_argument("--label", default=None, help="label column (with --data_root)")
-    parser.add_argument("--dataset_name", default=None, help="default: data_root's last name")
+    parser.add_argument(
+        "--images",
+        default=None,
+        help="default value of the data_root parameter for an image dataset: one sub-folder of "
+        "JPEG/PNG files per class, under a URI the pods read (gs://, s3://, a mounted path)",
+    )
+    parser.add_argument(
+        "--image_size",
+        type=int,
+        default=datasets.DIGITS_IMAGE_SIZE,
+        help="images are resized to this square in the transform graph",
+    )
+    parser.add_argument(
+        "--image_model",
+        choices=config_lib.IMAGE_MODELS,
+        default=training.image_model,
+        help="image classifier: small_cnn or mobilenet_v2 (weights=None)",
+    )
+    parser.add_argument(
+        "--learning_rate",
+        type=float,
+        default=None,
+        help=f"default: {training.learning_rate} (tabular), {config_lib.IMAGE_LEARNING_RATE} "
+        "(images)",
+    )
+    parser.add_argument(
+        "--dataset_name", default=None, help="default: the last name of data_root or images"
+    )
     parser.add_argument("--schema", default=None, help="curated schema under schemas/<dataset>/")
     parser.add_argument("--image", required=True, help="the project's image (every component)")
     parser.add_argument("--gpu_image", required=True, help="the GPU image (Trainer, TFJob pods)")
@@ -68,8 +104,10 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--transform_shards",
         type=int,
-        default=8,
-        help="TFRecord shards per split (Transform); >= workers for FILE sharding",
+        default=None,
+        help=f"TFRecord shards per split (Transform; default {TRANSFORM_SHARDS}, >= workers "
+        "for FILE sharding); images default to 0: each Beam bundle streams its own file, so "
+        "memory stays flat with the pixels (fixed shards group the images per shard)",
     )
     parser.add_argument(
         "--gpus",
@@ -170,7 +208,16 @@ def build_configs(
 ) -> tuple[config_lib.PipelineConfig, kf_config.KubeflowConfig]:
     from kubeflow import compile as compiler
 
-    dataset = compiler.kubeflow_dataset(args.data_root, args.label, args.dataset_name, args.schema)
+    dataset = compiler.kubeflow_dataset(
+        args.data_root,
+        args.label,
+        args.dataset_name,
+        args.schema,
+        images=args.images,
+        embedded=args.dataset,
+        image_size=args.image_size,
+    )
+    training = config_lib.TrainingConfig()
     name = args.pipeline_name or f"{dataset.name}-pipeline"
     root = args.pipeline_root.rstrip("/")
     direct = config_lib.BeamConfig(
@@ -190,10 +237,15 @@ def build_configs(
             epochs=args.epochs,
             train_steps=args.train_steps,
             per_replica_batch_size=args.batch_size,
+            learning_rate=args.learning_rate
+            or (config_lib.IMAGE_LEARNING_RATE if dataset.is_images else training.learning_rate),
+            image_model=args.image_model,
         ),
         beam=beam_runners.beam_config(args, direct),
         example_shards=args.example_shards,
-        transform_shards=args.transform_shards,
+        transform_shards=args.transform_shards
+        if args.transform_shards is not None
+        else (0 if dataset.is_images else TRANSFORM_SHARDS),
         baseline_strategy="latest_blessed",
     ).validate()
     tolerations = (

@@ -35,8 +35,7 @@ from pipeline import config as config_lib  # noqa: E402
 IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
-# Adam's usual rate for the convolutional models; the tabular MLP trains faster at 0.01.
-IMAGE_LEARNING_RATE = 0.001
+IMAGE_LEARNING_RATE = config_lib.IMAGE_LEARNING_RATE
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

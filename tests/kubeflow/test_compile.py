@@ -13,7 +13,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import compile as compiler
 from kubeflow import run_kubeflow
-from kubeflow.config import IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES, TFJobConfig
+from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES, TFJobConfig
+from pipeline import config as config_lib
 
 IMAGE = "registry.example.com/tfx-scaleout:1.0"
 GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu:1.0"
@@ -221,6 +222,21 @@ def test_beam_components_get_the_dataflow_args(tfjob_dataflow):
             "no curated schema for dataset 'mine'",
         ),
         (["--toleration=k=v:Sometimes"], "gpu_pool.tolerations effect must be one of"),
+        (
+            ["--images=gs://bucket/flowers", "--data_root=gs://bucket/csv"],
+            "--images and --data_root are exclusive",
+        ),
+        (["--dataset=digits", "--images=gs://bucket/flowers"], "--dataset digits is an embedded"),
+        (
+            ["--images=gs://bucket/flowers", "--label=species"],
+            "with --images the class folder names are the labels",
+        ),
+        (["--images=gs://bucket/flowers"], "no curated schema for image dataset 'flowers'"),
+        (
+            ["--images=gs://bucket/flowers", "--schema=schemas/penguins/schema.pbtxt"],
+            "needs the feature(s) ['class_name', 'image']",
+        ),
+        (["--dataset=digits", "--image_size=16"], "dataset.image_size must be >= 32"),
     ],
 )
 def test_bad_flags_fail_before_compiling(capsys, tmp_path, flags, message):
@@ -255,3 +271,56 @@ def test_ingestion_is_never_taken_from_the_kfp_cache(flink_gpu):
     tasks = spec.root.dag.tasks
     assert not tasks["CsvExampleGen"].caching_options.enable_cache
     assert all(tasks[name].caching_options.enable_cache for name in ("Transform", "Trainer"))
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The embedded digits image dataset, read from the folders the project's image carries."""
+    return _compile(tmp_path_factory, "digits", "--dataset=digits")
+
+
+def test_digits_compiles_the_image_pipeline_reading_the_folders_in_the_image(digits):
+    spec, _, _ = digits
+    assert spec.pipeline_info.name == "digits-pipeline"
+    image_components = {"ImageExampleGen", *(set(COMPONENTS) - {"CsvExampleGen"})}
+    assert set(spec.root.dag.tasks) == image_components
+    args = list(_container(spec, "ImageExampleGen").args)
+    assert (
+        args[args.index("--executor_class_path") + 1]
+        == "components.image_example_gen.executor.Executor"
+    )
+    assert _container(spec, "ImageExampleGen").image == IMAGE
+    parameter = spec.root.input_definitions.parameters["data_root"]
+    assert parameter.default_value.string_value == IMAGE_DIGITS_DIR
+    input_base = spec.root.dag.tasks["ImageExampleGen"].inputs.parameters["input_base"]
+    assert input_base.component_input_parameter == "data_root"
+    schema_file = _task_parameter(spec, "ImportSchemaGen", "schema_file")
+    assert schema_file == f"{IMAGE_PROJECT_DIR}/schemas/digits/schema.pbtxt"
+    assert not spec.root.dag.tasks["ImageExampleGen"].caching_options.enable_cache
+    transform = json.loads(_task_parameter(spec, "Transform", "custom_config"))
+    # Images stream one file per Beam bundle (flat memory) unless --transform_shards is set.
+    assert (transform["image_size"], transform["num_output_shards"]) == (32, 0)
+    assert transform["label_key"] == "class_name"
+    trainer = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
+    assert trainer["image_model"] == "small_cnn"
+    assert trainer["learning_rate"] == config_lib.IMAGE_LEARNING_RATE
+
+
+def test_user_images_under_a_uri_with_a_curated_schema(tmp_path_factory):
+    spec, _, _ = _compile(
+        tmp_path_factory,
+        "flowers",
+        "--images=gs://bucket/flowers/",
+        "--schema=schemas/digits/schema.pbtxt",
+        "--image_size=96",
+        "--image_model=mobilenet_v2",
+        "--transform_shards=4",
+        "--learning_rate=0.0005",
+    )
+    assert spec.pipeline_info.name == "flowers-pipeline"
+    parameter = spec.root.input_definitions.parameters["data_root"]
+    assert parameter.default_value.string_value == "gs://bucket/flowers/"
+    transform = json.loads(_task_parameter(spec, "Transform", "custom_config"))
+    assert (transform["image_size"], transform["num_output_shards"]) == (96, 4)
+    trainer = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
+    assert (trainer["image_model"], trainer["learning_rate"]) == ("mobilenet_v2", 0.0005)

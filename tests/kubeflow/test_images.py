@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from kubeflow.config import IMAGE_PROJECT_DIR, IMAGE_VENV
+from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_VENV
 from pipeline import datasets
 
 ROOT = datasets.PROJECT_ROOT
@@ -115,6 +115,20 @@ def test_paths_user_and_environment(dockerfile):
     assert "TF_USE_LEGACY_KERAS=1" in env and f"VIRTUAL_ENV={IMAGE_VENV}" in env
     copies = [args for name, args in instructions if name == "COPY"]
     assert "schemas ./schemas" in copies and "requirements.lock ./" in copies
+
+
+def test_image_writes_the_digits_where_the_compiled_pipeline_reads_them():
+    """`compile --dataset digits` points data_root at IMAGE_DIGITS_DIR: the project's image
+    writes them there, with the project's own command, after the project is installed and
+    before the switch to the unprivileged user (the files are read-only for the pods)."""
+    instructions = _instructions("kubeflow/Dockerfile")
+    write = ("RUN", f"python -m pipeline.image_data digits --out {IMAGE_DIGITS_DIR}")
+    assert write in instructions
+    install = next(
+        i for i, (name, args) in enumerate(instructions) if name == "RUN" and "pip check" in args
+    )
+    user = next(i for i, (name, _) in enumerate(instructions) if name == "USER")
+    assert install < instructions.index(write) < user
 
 
 def test_beam_harness_matches_the_locked_beam():
