@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,8 @@ class ProcessResult:
     seconds: float
     peak_rss_bytes: int
     stdout: str
+    # User + system CPU time of the process and the descendants it waited for.
+    cpu_seconds: float = 0.0
 
 
 def run_measured(
@@ -129,6 +132,9 @@ def run_measured(
     gigabytes of writes (generated data, the previous run's outputs) is slowed by them."""
     os.sync()
     log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    # Children's CPU time is summed over every child reaped so far: the difference across this
+    # run is this run's (one measured run at a time).
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=log, text=True, cwd=PROJECT_ROOT
@@ -146,6 +152,8 @@ def run_measured(
     sampler.start()
     stdout, _ = process.communicate()
     seconds = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     done.set()
     sampler.join()
     if log_path:
@@ -155,7 +163,7 @@ def run_measured(
             f"{' '.join(command)} failed with exit code {process.returncode}"
             + (f"; log: {log_path}" if log_path else "")
         )
-    return ProcessResult(seconds, peak, stdout)
+    return ProcessResult(seconds, peak, stdout, cpu_seconds)
 
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

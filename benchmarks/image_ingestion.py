@@ -1,7 +1,7 @@
 """Image ingestion + Transform vs. a hand-written tf.data baseline, images/s and memory.
 
     python -m benchmarks.image_ingestion [--quick] [--work_dir DIR] [--images N] [--size S]
-                                         [--repeats K]
+                                         [--repeats K] [--keep_outputs]
 
 On one generated JPEG set (pipeline.image_data synth: 256x256, 10 classes), side by side in one
 run, each in a fresh process with peak resident memory summed over its process tree:
@@ -21,14 +21,19 @@ The target (>= 0.5x the baseline's images/s) is checked on the whole run at N im
 included. The rate of further images (the line through the N/4 and N runs) and each side's
 fixed cost are reported beside it: on a shared machine this difference of two runs is noisier
 than either run. --repeats K runs each side K times per size, alternating, and keeps the
-fastest.
+fastest. Each side's CPU time (user + system, whole process tree) per image is reported too:
+with the wall time it shows how many cores each side kept busy. A run's outputs are removed
+once it is measured (--keep_outputs keeps them), so no run pays for evicting an earlier run's
+gigabytes from the page cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import sys
 import tempfile
 
@@ -118,12 +123,47 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, required=True)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    from components.image_example_gen import executor as image_example_gen_executor
+    from components.transform import executor as transform_executor
     from pipeline import run_local
 
     beam_args = common.direct_beam_args(args.workers)
-    run_local.run_dag(build_pipeline(args.data, args.root, beam_args, args.size))
-    print(json.dumps(component_seconds(args.root)))
+    cpu: dict[str, float] = {}
+    with (
+        cpu_seconds_of(image_example_gen_executor.Executor, "ImageExampleGen", cpu),
+        cpu_seconds_of(transform_executor.Executor, "Transform", cpu),
+    ):
+        run_local.run_dag(build_pipeline(args.data, args.root, beam_args, args.size))
+    print(json.dumps({**component_seconds(args.root), "cpu_seconds": cpu}))
     return 0
+
+
+def _process_cpu_seconds() -> float:
+    """User + system CPU of this process (all its threads) and of the children it reaped
+    (Beam's worker processes)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@contextlib.contextmanager
+def cpu_seconds_of(executor_class, name: str, into: dict):
+    """While active, into[name] = the CPU seconds of executor_class's Do (the LocalDagRunner
+    runs one component at a time, in this process)."""
+    do = executor_class.Do
+
+    def timed(self, *args, **kwargs):
+        start = _process_cpu_seconds()
+        try:
+            return do(self, *args, **kwargs)
+        finally:
+            into[name] = round(_process_cpu_seconds() - start, 2)
+
+    executor_class.Do = timed
+    try:
+        yield into
+    finally:
+        executor_class.Do = do
 
 
 # --- the reference, in a child process --------------------------------------------------------
@@ -187,7 +227,15 @@ def baseline_main(argv: list[str]) -> int:
 # --- the measurements -----------------------------------------------------------------------
 
 
-def measure(kind: str, data_dir: str, work_dir: str, tag: str, size: int, workers: int) -> dict:
+def measure(
+    kind: str,
+    data_dir: str,
+    work_dir: str,
+    tag: str,
+    size: int,
+    workers: int,
+    keep_outputs: bool = False,
+) -> dict:
     out = common.fresh_output(os.path.join(work_dir, f"{kind}-{tag}"))
     command = [common.PYTHON, "-m", "benchmarks.image_ingestion", f"_{kind}", "--data", data_dir]
     if kind == "pipeline":
@@ -199,7 +247,17 @@ def measure(kind: str, data_dir: str, work_dir: str, tag: str, size: int, worker
         command, env=common.child_env(), log_path=os.path.join(work_dir, f"{kind}-{tag}.log")
     )
     details = json.loads(result.stdout.strip().splitlines()[-1])
-    return {**details, "wall_s": result.seconds, "peak_rss": result.peak_rss_bytes}
+    if not keep_outputs:
+        # Gigabytes of pixels per run: left in place they fill the disk and the page cache,
+        # and on these machines a write that must first evict cached pages costs ~4 s of
+        # kernel CPU per GB against ~0.5 s: every later run of either side would be slowed.
+        common.fresh_output(out)
+    return {
+        **details,
+        "wall_s": result.seconds,
+        "peak_rss": result.peak_rss_bytes,
+        "cpu_s": result.cpu_seconds,
+    }
 
 
 def run(
@@ -209,6 +267,7 @@ def run(
     size: int = DEFAULT_SIZE,
     workers: int | None = None,
     repeats: int = 1,
+    keep_outputs: bool = False,
 ):
     images = images or (QUICK_IMAGES if quick else FULL_IMAGES)
     # What run_local's --beam_mode auto picks for images.
@@ -222,22 +281,29 @@ def run(
         for _ in range(repeats):
             for kind in ("pipeline", "baseline"):
                 print(f"  image_ingestion: {count:,} images: {kind} ...", flush=True)
-                result = measure(kind, data_dir, work_dir, str(count), size, workers)
+                result = measure(kind, data_dir, work_dir, str(count), size, workers, keep_outputs)
                 if result["examples"] != count:
                     raise AssertionError(f"{kind} wrote {result['examples']} of {count} images")
                 measured[(kind, count)] = fastest(measured.get((kind, count)), result)
                 print(
                     f"  image_ingestion: {count:,} images: {kind} {result['wall_s']:.1f} s, "
-                    f"{count / result['wall_s']:.0f} images/s, peak RSS "
+                    f"{count / result['wall_s']:.0f} images/s, CPU {result['cpu_s']:.1f} s, "
+                    f"peak RSS "
                     f"{result['peak_rss'] / 2**30:.2f} GiB"
-                    + (f", components {result['seconds']}" if "seconds" in result else ""),
+                    + (f", components {result['seconds']}" if "seconds" in result else "")
+                    + (
+                        f", components' CPU {result['cpu_seconds']}"
+                        if "cpu_seconds" in result
+                        else ""
+                    ),
                     flush=True,
                 )
     return rows_from(measured, images, size, workers)
 
 
 def fastest(kept: dict | None, result: dict) -> dict:
-    """The faster of two runs of one point, with the higher peak memory of the two."""
+    """The faster of two runs of one point (its CPU time with it), with the higher peak
+    memory of the two."""
     if kept is None:
         return result
     faster = result if result["wall_s"] < kept["wall_s"] else kept
@@ -253,6 +319,17 @@ def steady_state(seconds_small: float, seconds_large: float, small: int, large: 
         return None
     rate = (large - small) / (seconds_large - seconds_small)
     return rate, seconds_large - large / rate
+
+
+def _component_cpu(result: dict) -> str:
+    """'; ours' CPU: ImageExampleGen 18 s, Transform 36 s, the rest 10 s' (start-up, imports,
+    the orchestrator, exit), or '' when the run did not record it."""
+    cpu = result.get("cpu_seconds") or {}
+    if not cpu:
+        return ""
+    parts = [f"{name} {seconds:.0f} s" for name, seconds in cpu.items()]
+    rest = result["cpu_s"] - sum(cpu.values())
+    return f"; ours' CPU: {', '.join(parts)}, the rest (start-up, imports, exit) {rest:.0f} s"
 
 
 def rows_from(measured: dict, images: int, size: int, workers: int) -> list:
@@ -274,6 +351,18 @@ def rows_from(measured: dict, images: int, size: int, workers: int) -> list:
             TARGET_VS_BASELINE,
             note=f"ours {ours['wall_s']:.0f} s (per component: {ours['seconds']}), "
             f"tf.data baseline {reference['wall_s']:.0f} s; Beam {beam_mode}",
+        ),
+        common.Row(
+            f"image ExampleGen+Transform, CPU ms per image, whole run, {images:,} images",
+            1000 * ours["cpu_s"] / images,
+            1000 * reference["cpu_s"] / images,
+            "ms",
+            None,
+            higher_is_better=False,
+            note=f"user + system CPU of each process tree: ours {ours['cpu_s']:.0f} s in "
+            f"{ours['wall_s']:.0f} s ({ours['cpu_s'] / ours['wall_s']:.2f} cores busy), "
+            f"tf.data baseline {reference['cpu_s']:.0f} s in {reference['wall_s']:.0f} s "
+            f"({reference['cpu_s'] / reference['wall_s']:.2f} cores busy)" + _component_cpu(ours),
         ),
         common.Row(
             f"image pipeline peak RSS, {images:,} vs {small_count:,} images",
@@ -318,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=DEFAULT_SIZE)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument(
+        "--keep_outputs",
+        action="store_true",
+        help="keep each run's outputs under --work_dir (default: removed once measured)",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -326,7 +420,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    rows = run(args.quick, args.work_dir, args.images, args.size, args.workers, args.repeats)
+    rows = run(
+        args.quick,
+        args.work_dir,
+        args.images,
+        args.size,
+        args.workers,
+        args.repeats,
+        args.keep_outputs,
+    )
     print(common.format_table(rows))
     return 0 if all(row.passed is not False for row in rows) else 1
 

@@ -7,8 +7,10 @@
 compile: create_pipeline(config) (the same function run_local.py uses) compiled with TFX's
 KubeflowV2DagRunner into a KFP IR YAML file, with per-component resources, the GPU image and
 pool for the Trainer, the Beam runner's arguments, and (multi-worker strategies) the TFJob
-launcher. deploy: upload (a new version when the pipeline exists), optionally start a run and
-follow it. Credentials only from the environment (KF_PIPELINES_TOKEN, kubeconfig).
+launcher; tabular (penguins in the image, or --data_root/--label) or images (--dataset digits in
+the image, or --images with a curated schema). deploy: upload (a new version when the pipeline
+exists), optionally start a run and follow it. Credentials only from the environment
+(KF_PIPELINES_TOKEN, kubeconfig).
 """
 
 from __future__ import annotations

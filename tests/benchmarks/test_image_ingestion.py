@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 
 import numpy as np
 import pytest
@@ -25,32 +26,43 @@ def test_steady_state_is_the_line_through_both_runs():
 
 
 def measured(ours_small, ours_large, base_small, base_large):
-    def run(seconds, rss):
-        return {"wall_s": seconds, "peak_rss": rss, "seconds": {}, "examples": 0}
+    def run(seconds, rss, cores):
+        return {
+            "wall_s": seconds,
+            "peak_rss": rss,
+            "cpu_s": seconds * cores,
+            "seconds": {},
+            "examples": 0,
+        }
 
     return {
-        ("pipeline", 1_000): run(ours_small, 2**30),
-        ("pipeline", 4_000): run(ours_large, 2**30),
-        ("baseline", 1_000): run(base_small, 2**29),
-        ("baseline", 4_000): run(base_large, 2**29),
+        ("pipeline", 1_000): run(ours_small, 2**30, 1.25),
+        ("pipeline", 4_000): run(ours_large, 2**30, 1.25),
+        ("baseline", 1_000): run(base_small, 2**29, 1.75),
+        ("baseline", 4_000): run(base_large, 2**29, 1.75),
     }
 
 
 def test_the_target_is_checked_on_the_whole_run_and_the_rate_of_further_images_is_reported():
     # Ours: 20 s fixed + 2 ms/image; baseline: 4 s fixed + 1 ms/image.
     rows = image_ingestion.rows_from(measured(22, 28, 5, 8), 4_000, 96, 1)
-    whole, steady, memory = rows
+    whole, steady, cpu, memory = rows
     assert whole.ratio == pytest.approx(8 / 28) and whole.passed is False
     assert steady.ours == pytest.approx(500) and steady.reference == pytest.approx(1_000)
     assert steady.ratio == pytest.approx(0.5) and steady.target is None
     assert "fixed cost ours 20 s, tf.data baseline 4 s" in steady.note
     assert memory.ratio == pytest.approx(1.0) and memory.passed is True
+    # CPU per image over the whole run, reported beside the wall time: 28 s x 1.25 cores.
+    assert cpu.ours == pytest.approx(1000 * 35 / 4_000) and cpu.target is None
+    assert cpu.reference == pytest.approx(1000 * 14 / 4_000)
+    assert "1.25 cores busy" in cpu.note and "1.75 cores busy" in cpu.note
+    assert "ours' CPU" not in cpu.note  # not recorded in these runs
     # 2 s fixed + 1.5 ms/image against 4 s + 1 ms: 8 / 8 s, the target is met.
-    met, _, _ = image_ingestion.rows_from(measured(3.5, 8, 5, 8), 4_000, 96, 1)
+    met, *_ = image_ingestion.rows_from(measured(3.5, 8, 5, 8), 4_000, 96, 1)
     assert met.ratio == pytest.approx(1.0) and met.passed is True
     # The baseline's larger run faster than its smaller one: the line is left out, not made up.
-    whole, memory = image_ingestion.rows_from(measured(22, 28, 8, 7), 4_000, 96, 1)
-    assert whole.passed is False and memory.passed is True
+    whole, cpu, memory = image_ingestion.rows_from(measured(22, 28, 8, 7), 4_000, 96, 1)
+    assert whole.passed is False and memory.passed is True and cpu.target is None
 
 
 def test_repeats_keep_the_fastest_run_and_the_highest_memory():
@@ -92,3 +104,38 @@ def test_each_measured_run_starts_from_an_empty_output_directory(tmp_path):
     assert common.fresh_output(str(out)) == str(out)
     assert not out.exists()
     assert common.fresh_output(str(tmp_path / "never-made")) == str(tmp_path / "never-made")
+
+
+def test_a_measured_run_leaves_no_outputs_unless_asked_and_counts_its_cpu(tmp_path):
+    data = image_data.write_synthetic(str(tmp_path / "jpeg"), 6, 40, 2, seed=2)
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    result = image_ingestion.measure("baseline", data, work, "6", 8, 1)
+    assert result["examples"] == 6 and result["cpu_s"] > 0
+    # The pixels are gone once measured (disk and page cache); the run's log stays.
+    assert sorted(os.listdir(work)) == ["baseline-6.log"]
+    image_ingestion.measure("baseline", data, work, "6", 8, 1, keep_outputs=True)
+    assert os.listdir(os.path.join(work, "baseline-6")) == ["images.tfrecord"]
+
+
+def test_cpu_per_component_and_the_rest_of_the_process():
+    result = {"cpu_s": 60.0, "cpu_seconds": {"ImageExampleGen": 17.6, "Transform": 34.9}}
+    assert image_ingestion._component_cpu(result) == (
+        "; ours' CPU: ImageExampleGen 18 s, Transform 35 s, the rest (start-up, imports, exit) 8 s"
+    )
+
+
+def test_an_executor_class_s_cpu_is_recorded_while_the_context_is_active():
+    class Spinning:
+        def Do(self, seconds):  # noqa: N802 (TFX's executor API)
+            end = time.process_time() + seconds
+            while time.process_time() < end:
+                pass
+            return "done"
+
+    cpu: dict = {}
+    with image_ingestion.cpu_seconds_of(Spinning, "Spinning", cpu):
+        assert Spinning().Do(0.3) == "done"
+    assert 0.3 <= cpu["Spinning"] < 1.0
+    Spinning().Do(0.0)
+    assert Spinning.Do.__name__ == "Do"  # restored

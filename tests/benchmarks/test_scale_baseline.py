@@ -72,3 +72,14 @@ def test_peak_rss_counts_the_child_processes():
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"
     result = common.run_measured([common.PYTHON, "-c", parent], interval=0.05)
     assert result.peak_rss_bytes > 200 * 2**20
+
+
+def test_cpu_seconds_count_the_busy_grandchild_not_the_sleeping_parent():
+    # A parent that sleeps, with a child that spins for ~0.6 s of CPU: the run's CPU time is
+    # the child's, and a second run does not count the first one's again.
+    child = "import time; end = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
+    parent = f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {child!r}])"
+    busy = common.run_measured([common.PYTHON, "-c", parent], interval=0.05)
+    assert 0.6 <= busy.cpu_seconds < busy.seconds + 0.5
+    idle = common.run_measured([common.PYTHON, "-c", "import time; time.sleep(0.8)"])
+    assert idle.cpu_seconds < 0.4
