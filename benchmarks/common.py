@@ -119,6 +119,8 @@ class ProcessResult:
     stdout: str
     # User + system CPU time of the process and the descendants it waited for.
     cpu_seconds: float = 0.0
+    # When the process was started (time.time()), for times the process reports itself.
+    started_at: float = 0.0
 
 
 def run_measured(
@@ -135,6 +137,7 @@ def run_measured(
     # Children's CPU time is summed over every child reaped so far: the difference across this
     # run is this run's (one measured run at a time).
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started_at = time.time()
     started = time.monotonic()
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=log, text=True, cwd=PROJECT_ROOT
@@ -163,7 +166,7 @@ def run_measured(
             f"{' '.join(command)} failed with exit code {process.returncode}"
             + (f"; log: {log_path}" if log_path else "")
         )
-    return ProcessResult(seconds, peak, stdout, cpu_seconds)
+    return ProcessResult(seconds, peak, stdout, cpu_seconds, started_at)
 
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
