@@ -5,14 +5,20 @@ artifacts under a temporary directory), and the Beam arguments the compile put t
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
 import yaml
 
+from components import features
 from kubeflow import run_kubeflow
 from pipeline import datasets, image_data
 
@@ -32,39 +38,45 @@ def _compile(tmp_path, *flags: str) -> dict:
         return next(yaml.safe_load_all(handle))
 
 
-def _run_example_gen(spec: dict, task_name: str, data_root: str, tmp_path) -> tuple[dict, str]:
-    """Runs the compiled ExampleGen task's container command with data_root set to a local
-    directory; returns (the output Examples artifact's metadata, its URI)."""
+def _artifact(name: str, type_title: str, uri: str, metadata: dict | None = None) -> dict:
+    """One artifact of an ExecutorInput, as the KFP launcher writes it."""
+    return {
+        "artifacts": [
+            {
+                "name": name,
+                "type": {"schemaTitle": type_title},
+                "uri": uri,
+                "metadata": metadata or {},
+            }
+        ]
+    }
+
+
+def _run_task(
+    spec: dict, task_name: str, tmp_path, data_root: str = "", input_artifacts=None
+) -> dict:
+    """Runs the compiled task's container command with an ExecutorInput like the KFP
+    launcher's: data_root set to a local directory, the given input artifacts, every output
+    artifact under tmp_path/<task>/<name>; returns {output name: (metadata, URI)}."""
     task = spec["root"]["dag"]["tasks"][task_name]
+    component = spec["components"][task["componentRef"]["name"]]
     parameters = {}
-    for name, value in task["inputs"]["parameters"].items():
+    for name, value in task["inputs"].get("parameters", {}).items():
         if "componentInputParameter" in value:
             # What KFP substitutes for the pipeline parameter: here, data on this machine.
             assert value["componentInputParameter"] == "data_root"
             parameters[name] = data_root
         else:
             parameters[name] = value["runtimeValue"]["constant"]
-    label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
-    container = spec["deploymentSpec"]["executors"][label]["container"]
-    examples_uri = str(tmp_path / "examples")
-    output_file = str(tmp_path / "task" / "executor_output.json")
+    outputs = {}
+    for name, definition in component["outputDefinitions"]["artifacts"].items():
+        title = definition["artifactType"]["instanceSchema"].split("\n")[0].split(": ")[1]
+        outputs[name] = _artifact(name, title, str(tmp_path / task_name / name))
+    container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+    output_file = str(tmp_path / task_name / "executor_output.json")
     executor_input = {
-        "inputs": {"parameterValues": parameters},
-        "outputs": {
-            "artifacts": {
-                "examples": {
-                    "artifacts": [
-                        {
-                            "name": "examples",
-                            "type": {"schemaTitle": "tfx.Examples"},
-                            "uri": examples_uri,
-                            "metadata": {},
-                        }
-                    ]
-                }
-            },
-            "outputFile": output_file,
-        },
+        "inputs": {"parameterValues": parameters, "artifacts": input_artifacts or {}},
+        "outputs": {"artifacts": outputs, "outputFile": output_file},
     }
     args = [json.dumps(executor_input) if arg == "{{$}}" else arg for arg in container["args"]]
     assert container["command"][0] == "python"
@@ -78,8 +90,14 @@ def _run_example_gen(spec: dict, task_name: str, data_root: str, tmp_path) -> tu
     )
     assert result.returncode == 0, result.stderr[-3000:]
     with open(output_file) as handle:
-        output = json.load(handle)
-    return output["artifacts"]["examples"]["artifacts"][0]["metadata"], examples_uri
+        written = json.load(handle)["artifacts"]
+    return {
+        name: (
+            written.get(name, {"artifacts": [{}]})["artifacts"][0].get("metadata", {}),
+            outputs[name]["artifacts"][0]["uri"],
+        )
+        for name in outputs
+    }
 
 
 def _shards(examples_uri: str, split: str) -> list[str]:
@@ -89,9 +107,8 @@ def _shards(examples_uri: str, split: str) -> list[str]:
 @pytest.mark.slow
 def test_compiled_example_gen_container_runs_through_the_v2_entry_point(tmp_path):
     spec = _compile(tmp_path, "--example_shards=3")
-    metadata, examples_uri = _run_example_gen(
-        spec, "CsvExampleGen", datasets.penguins_data_root(), tmp_path
-    )
+    outputs = _run_task(spec, "CsvExampleGen", tmp_path, data_root=datasets.penguins_data_root())
+    metadata, examples_uri = outputs["examples"]
     assert json.loads(metadata["split_example_counts"]) == {"train": 253, "eval": 91}
     assert metadata["num_rows_rejected"] == 0
     for split in ("train", "eval"):
@@ -99,12 +116,14 @@ def test_compiled_example_gen_container_runs_through_the_v2_entry_point(tmp_path
 
 
 @pytest.mark.slow
-def test_compiled_image_example_gen_container_reads_the_digits_class_folders(tmp_path):
+def test_compiled_image_pipeline_containers_ingest_and_transform_the_digits(tmp_path):
     spec = _compile(tmp_path, "--dataset=digits", "--example_shards=2")
     # The folders the project's image writes at build time (kubeflow/Dockerfile), written here
     # by the same command.
     digits = image_data.write_digits(str(tmp_path / "digits"))
-    metadata, examples_uri = _run_example_gen(spec, "ImageExampleGen", digits, tmp_path)
+    metadata, examples_uri = _run_task(spec, "ImageExampleGen", tmp_path, data_root=digits)[
+        "examples"
+    ]
     counts = json.loads(metadata["split_example_counts"])
     assert set(counts) == {"train", "eval"}
     assert sum(counts.values()) == metadata["num_files_found"] == 1797
@@ -114,3 +133,33 @@ def test_compiled_image_example_gen_container_reads_the_digits_class_folders(tmp
         assert _shards(examples_uri, split) == [
             f"data_tfrecord-{shard:05d}-of-00002.gz" for shard in range(2)
         ]
+
+    # Transform's pod: the examples and the curated schema (as ImportSchemaGen's artifact) in;
+    # the transform graph and the decoded, resized, scaled pixels out.
+    schema_uri = tmp_path / "schema"
+    schema_uri.mkdir()
+    shutil.copy(datasets.curated_schema_path(datasets.DIGITS), schema_uri / "schema.pbtxt")
+    outputs = _run_task(
+        spec,
+        "Transform",
+        tmp_path,
+        input_artifacts={
+            "examples": _artifact("examples", "tfx.Examples", examples_uri, metadata),
+            "schema": _artifact("schema", "tfx.Schema", str(schema_uri)),
+        },
+    )
+    graph = tft.TFTransformOutput(outputs["transform_graph"][1])
+    assert graph.vocabulary_size_by_name(features.LABEL_VOCABULARY) == 10
+    _, transformed_uri = outputs["transformed_examples"]
+    pixels_key = features.transformed_name(features.IMAGE_KEY)
+    total = 0
+    for split in ("train", "eval"):
+        files = glob.glob(os.path.join(transformed_uri, f"Split-{split}", "*"))
+        for record in tf.data.TFRecordDataset(files):
+            example = tf.train.Example.FromString(record.numpy())
+            pixels = np.array(example.features.feature[pixels_key].float_list.value)
+            # --image_size default 32, three channels, scaled to [0, 1].
+            assert pixels.shape == (32 * 32 * 3,)
+            assert pixels.min() >= 0.0 and 0.0 < pixels.max() <= 1.0
+            total += 1
+    assert total == 1797
