@@ -96,16 +96,8 @@ def kubeflow_dataset(
             "--data_root/--images"
         )
     if embedded == datasets.DIGITS:
-        return DatasetConfig(
-            name=datasets.DIGITS,
-            data_root=IMAGE_DIGITS_DIR,
-            label_key=features.IMAGE_LABEL_KEY,
-            schema_path=image_path(
-                _image_schema(schema_path or datasets.curated_schema_path(datasets.DIGITS))
-            ),
-            kind="images",
-            image_size=image_size,
-        )
+        schema_path = schema_path or datasets.curated_schema_path(datasets.DIGITS)
+        return _image_dataset(datasets.DIGITS, IMAGE_DIGITS_DIR, schema_path, image_size)
     if images is not None:
         if label_key:
             raise ConfigError(
@@ -113,21 +105,10 @@ def kubeflow_dataset(
                 "folder names are the labels"
             )
         name = name or os.path.basename(images.rstrip("/")) or "images"
-        schema_path = schema_path or datasets.curated_schema_path(name)
-        if not schema_path:
-            raise ConfigError(
-                f"invalid configuration: no curated schema for image dataset {name!r} (--schema "
-                f"or schemas/{name}/schema.pbtxt); run locally once with --images to infer and "
-                "review one"
-            )
-        return DatasetConfig(
-            name=name,
-            data_root=images,
-            label_key=features.IMAGE_LABEL_KEY,
-            schema_path=image_path(_image_schema(schema_path)),
-            kind="images",
-            image_size=image_size,
+        schema_path = _curated_schema(
+            name, schema_path, "image dataset", "run locally once with --images"
         )
+        return _image_dataset(name, images, schema_path, image_size)
     if data_root is None:
         dataset = datasets.penguins()
         facts = preflight.check_dataset(dataset)  # the same file the image carries
@@ -141,12 +122,7 @@ def kubeflow_dataset(
     if not label_key:
         raise ConfigError("invalid configuration: --label is required with --data_root")
     name = name or os.path.basename(data_root.rstrip("/")) or "csv"
-    schema_path = schema_path or datasets.curated_schema_path(name)
-    if not schema_path:
-        raise ConfigError(
-            f"invalid configuration: no curated schema for dataset {name!r} (--schema or "
-            f"schemas/{name}/schema.pbtxt); run locally once to infer and review one"
-        )
+    schema_path = _curated_schema(name, schema_path, "dataset", "run locally once")
     from components.example_gen import csv_reader
 
     # The CSV columns are read in the schema's order on the cluster (no local file to look at).
@@ -160,22 +136,40 @@ def kubeflow_dataset(
     )
 
 
-def _image_schema(schema_path: str) -> str:
-    """The schema, checked to describe what the image ExampleGen writes (the image bytes and
-    the label): a CSV schema here would fail only on the cluster, in Transform."""
+def _curated_schema(name: str, schema_path: str | None, what: str, how: str) -> str:
+    """--schema, else schemas/<name>/schema.pbtxt: the cluster infers none."""
+    schema_path = schema_path or datasets.curated_schema_path(name)
+    if not schema_path:
+        raise ConfigError(
+            f"invalid configuration: no curated schema for {what} {name!r} (--schema or "
+            f"schemas/{name}/schema.pbtxt); {how} to infer and review one"
+        )
+    return schema_path
+
+
+def _image_dataset(name: str, data_root: str, schema_path: str, image_size: int):
+    """An image dataset whose schema is checked to describe what the image ExampleGen writes
+    (the image bytes and the label): a CSV schema would fail only on the cluster, in Transform."""
     from pipeline import preflight
 
     try:
         schema = preflight.load_schema(schema_path)
     except (OSError, ValueError) as error:
         raise ConfigError(f"invalid --schema: {error}") from None
-    missing = {features.IMAGE_KEY, features.IMAGE_LABEL_KEY} - {f.name for f in schema.feature}
+    missing = preflight.missing_image_features(schema, features.IMAGE_LABEL_KEY)
     if missing:
         raise ConfigError(
             f"invalid --schema {schema_path}: an image dataset's schema needs the feature(s) "
-            f"{sorted(missing)} the image ExampleGen writes"
+            f"{missing} the image ExampleGen writes"
         )
-    return schema_path
+    return DatasetConfig(
+        name=name,
+        data_root=data_root,
+        label_key=features.IMAGE_LABEL_KEY,
+        schema_path=image_path(schema_path),
+        kind="images",
+        image_size=image_size,
+    )
 
 
 def resource_spec(resources: Resources):

@@ -69,18 +69,7 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         help="default value of the data_root parameter for an image dataset: one sub-folder of "
         "JPEG/PNG files per class, under a URI the pods read (gs://, s3://, a mounted path)",
     )
-    parser.add_argument(
-        "--image_size",
-        type=int,
-        default=datasets.DIGITS_IMAGE_SIZE,
-        help="images are resized to this square in the transform graph",
-    )
-    parser.add_argument(
-        "--image_model",
-        choices=config_lib.IMAGE_MODELS,
-        default=training.image_model,
-        help="image classifier: small_cnn or mobilenet_v2 (weights=None)",
-    )
+    datasets.add_image_flags(parser)
     parser.add_argument(
         "--learning_rate",
         type=float,
@@ -219,7 +208,6 @@ def build_configs(
         embedded=args.dataset,
         image_size=args.image_size,
     )
-    training = config_lib.TrainingConfig()
     name = args.pipeline_name or f"{dataset.name}-pipeline"
     root = args.pipeline_root.rstrip("/")
     direct = config_lib.BeamConfig(
@@ -239,15 +227,14 @@ def build_configs(
             epochs=args.epochs,
             train_steps=args.train_steps,
             per_replica_batch_size=args.batch_size,
-            learning_rate=args.learning_rate
-            or (config_lib.IMAGE_LEARNING_RATE if dataset.is_images else training.learning_rate),
+            learning_rate=config_lib.learning_rate_for(dataset, args.learning_rate),
             image_model=args.image_model,
         ),
         beam=beam_runners.beam_config(args, direct),
         example_shards=args.example_shards,
-        transform_shards=args.transform_shards
-        if args.transform_shards is not None
-        else (0 if dataset.is_images else TRANSFORM_SHARDS),
+        transform_shards=config_lib.transform_shards_for(
+            dataset, args.transform_shards, TRANSFORM_SHARDS
+        ),
         baseline_strategy="latest_blessed",
     ).validate()
     tolerations = (

@@ -25,6 +25,9 @@ IMAGE_MODELS = features.IMAGE_MODELS
 MIN_IMAGE_SIZE = 32
 # Adam's usual rate for the convolutional models; the tabular MLP trains faster at 0.01.
 IMAGE_LEARNING_RATE = 0.001
+# Transform's output for images: 0 shards, streamed one file per Beam bundle (components'
+# transform executor STREAMING_SHARDS), so memory stays flat however many pixels there are.
+IMAGE_TRANSFORM_SHARDS = 0
 
 
 class ConfigError(ValueError):
@@ -445,6 +448,18 @@ class PipelineConfig:
             f"must be one of {IMAGE_MODELS}, got {training.image_model!r}",
         )
         return self
+
+
+def learning_rate_for(dataset: DatasetConfig, requested: float | None) -> float:
+    """--learning_rate, else the default of the dataset's kind (image models or tabular MLP)."""
+    return requested or (IMAGE_LEARNING_RATE if dataset.is_images else TrainingConfig.learning_rate)
+
+
+def transform_shards_for(dataset: DatasetConfig, requested: int | None, tabular: int) -> int:
+    """--transform_shards, else streamed output for images and `tabular` shards otherwise."""
+    if requested is not None:
+        return requested
+    return IMAGE_TRANSFORM_SHARDS if dataset.is_images else tabular
 
 
 def _require(condition: bool, field: str, message: str) -> None:

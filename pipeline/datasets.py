@@ -55,6 +55,24 @@ DIGITS = "digits"
 DIGITS_IMAGE_SIZE = 32
 
 
+def add_image_flags(parser) -> None:
+    """--image_size and --image_model, as the local and the Kubeflow runner take them."""
+    from pipeline import config as config_lib
+
+    parser.add_argument(
+        "--image_size",
+        type=int,
+        default=DIGITS_IMAGE_SIZE,
+        help="images are resized to this square in the transform graph",
+    )
+    parser.add_argument(
+        "--image_model",
+        choices=config_lib.IMAGE_MODELS,
+        default=config_lib.TrainingConfig().image_model,
+        help="image classifier: small_cnn (fast on CPU) or mobilenet_v2 (weights=None)",
+    )
+
+
 def digits(output_root: str, image_size: int = DIGITS_IMAGE_SIZE) -> DatasetConfig:
     """scikit-learn's 1,797 handwritten digits, written once as JPEG files under
     <output_root>/data/digits/<digit>/ (nothing downloaded: they ship inside scikit-learn)."""

@@ -113,10 +113,17 @@ def check_dataset(dataset: DatasetConfig) -> dict:
     }
 
 
+def missing_image_features(schema, label_key: str) -> list[str]:
+    """The features the image ExampleGen writes and the pipeline reads (the image bytes and the
+    label) that the schema lacks, sorted."""
+    from components import features
+
+    return sorted({features.IMAGE_KEY, label_key} - {feature.name for feature in schema.feature})
+
+
 def check_images(dataset: DatasetConfig) -> dict:
     """Image folders: at least two class sub-folders holding files. The files themselves are
     validated (and rejected with reasons) by the image ExampleGen, in parallel."""
-    from components import features
     from components.image_example_gen import reader
 
     try:
@@ -135,13 +142,10 @@ def check_images(dataset: DatasetConfig) -> dict:
             "remove them or add images"
         )
     if dataset.schema_path:
-        schema = load_schema(dataset.schema_path)
-        names = {feature.name for feature in schema.feature}
-        needed = {features.IMAGE_KEY, dataset.label_key}
-        if not needed <= names:
+        missing = missing_image_features(load_schema(dataset.schema_path), dataset.label_key)
+        if missing:
             raise InputError(
-                f"schema {dataset.schema_path} lacks the image feature(s) "
-                f"{sorted(needed - names)} (--schema)"
+                f"schema {dataset.schema_path} lacks the image feature(s) {missing} (--schema)"
             )
     return {
         "files": files,

@@ -35,7 +35,6 @@ from pipeline import config as config_lib  # noqa: E402
 IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
-IMAGE_LEARNING_RATE = config_lib.IMAGE_LEARNING_RATE
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,18 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="directory of images, one sub-folder of JPEG/PNG files per class",
     )
-    parser.add_argument(
-        "--image_size",
-        type=int,
-        default=datasets.DIGITS_IMAGE_SIZE,
-        help="images are resized to this square in the transform graph",
-    )
-    parser.add_argument(
-        "--image_model",
-        choices=config_lib.IMAGE_MODELS,
-        default=config_lib.TrainingConfig().image_model,
-        help="image classifier: small_cnn (fast on CPU) or mobilenet_v2 (weights=None)",
-    )
+    datasets.add_image_flags(parser)
     parser.add_argument("--label", default=None, help="label column of --data (class names)")
     parser.add_argument(
         "--schema",
@@ -177,7 +165,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--learning_rate",
         type=float,
         default=None,
-        help=f"default: {training.learning_rate} (tabular), {IMAGE_LEARNING_RATE} (images)",
+        help=f"default: {training.learning_rate} (tabular), {config_lib.IMAGE_LEARNING_RATE} "
+        "(images)",
     )
     parser.add_argument(
         "--accuracy_threshold",
@@ -229,7 +218,6 @@ def choose_beam(
 
 
 def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, dict]:
-    training_defaults = config_lib.TrainingConfig()
     if args.images is not None:
         dataset = datasets.user_images(args.images, args.image_size, schema_path=args.schema)
     elif args.dataset == datasets.DIGITS:
@@ -252,8 +240,7 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
             train_steps=args.train_steps,
             eval_steps=args.eval_steps,
             per_replica_batch_size=args.batch_size,
-            learning_rate=args.learning_rate
-            or (IMAGE_LEARNING_RATE if dataset.is_images else training_defaults.learning_rate),
+            learning_rate=config_lib.learning_rate_for(dataset, args.learning_rate),
             image_model=args.image_model,
             workers=args.workers,
             ps=args.ps,
@@ -276,9 +263,9 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
         ),
         train_fraction=args.train_fraction,
         example_shards=args.example_shards,
-        transform_shards=args.transform_shards
-        if args.transform_shards is not None
-        else (0 if dataset.is_images else config_lib.PipelineConfig.transform_shards),
+        transform_shards=config_lib.transform_shards_for(
+            dataset, args.transform_shards, config_lib.PipelineConfig.transform_shards
+        ),
         max_rejected_fraction=args.max_rejected_fraction,
         accuracy_threshold=args.accuracy_threshold,
         enable_cache=not args.no_cache,

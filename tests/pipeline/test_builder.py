@@ -29,3 +29,18 @@ def test_statistics_and_the_analyzer_cache_are_off_by_default_and_can_be_turned_
     stock = transform(disable_statistics=False, disable_analyzer_cache=False)
     assert stock.exec_properties["disable_statistics"] == 0
     assert {"updated_analyzer_cache", "pre_transform_stats"} <= set(stock.outputs)
+
+
+def test_images_default_to_the_transform_executor_s_streamed_output():
+    from pipeline import config as config_lib
+    from pipeline import datasets
+
+    images = datasets.user_images("/data/flowers", 96)
+    tabular = datasets.user_csv("/data/csv", "y")
+    assert config_lib.IMAGE_TRANSFORM_SHARDS == transform_executor.STREAMING_SHARDS
+    assert config_lib.transform_shards_for(images, None, 8) == transform_executor.STREAMING_SHARDS
+    assert config_lib.transform_shards_for(images, 3, 8) == 3
+    assert config_lib.transform_shards_for(tabular, None, 8) == 8
+    assert config_lib.learning_rate_for(images, None) == config_lib.IMAGE_LEARNING_RATE
+    assert config_lib.learning_rate_for(tabular, None) == config_lib.TrainingConfig.learning_rate
+    assert config_lib.learning_rate_for(images, 0.05) == 0.05

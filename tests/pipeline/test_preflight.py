@@ -80,3 +80,16 @@ def test_malformed_schema_file(tmp_path, write_csv):
     schema.write_text("feature { name: \n")
     with pytest.raises(preflight.InputError, match=r"schema .*schema\.pbtxt: not a readable"):
         preflight.check_dataset(dataset(write_csv.dir, schema_path=str(schema)))
+
+
+def test_image_folders_with_a_schema_lacking_the_image_features(tmp_path):
+    from pipeline import image_data
+
+    root = image_data.write_synthetic(str(tmp_path / "jpeg"), 4, 16, 2, seed=3)
+    digits = datasets.user_images(root, 32, schema_path=datasets.curated_schema_path("digits"))
+    facts = preflight.check_images(digits)
+    assert len(facts["files"]) == 4 and len(facts["classes"]) == 2
+    csv_schema = datasets.user_images(root, 32, schema_path=datasets.penguins().schema_path)
+    lacking = r"lacks the image feature\(s\) \['class_name', 'image'\] \(--schema\)"
+    with pytest.raises(preflight.InputError, match=lacking):
+        preflight.check_images(csv_schema)
