@@ -123,6 +123,12 @@ class ProcessResult:
     started_at: float = 0.0
 
 
+def cpu_seconds(*who: int) -> float:
+    """User + system CPU seconds so far of each `resource.RUSAGE_*` in who, summed."""
+    usages = [resource.getrusage(one) for one in who]
+    return sum(usage.ru_utime + usage.ru_stime for usage in usages)
+
+
 def run_measured(
     command: list[str], *, env: dict | None = None, log_path: str | None = None, interval=0.2
 ) -> ProcessResult:
@@ -136,7 +142,7 @@ def run_measured(
     log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
     # Children's CPU time is summed over every child reaped so far: the difference across this
     # run is this run's (one measured run at a time).
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = cpu_seconds(resource.RUSAGE_CHILDREN)
     started_at = time.time()
     started = time.monotonic()
     process = subprocess.Popen(
@@ -155,8 +161,7 @@ def run_measured(
     sampler.start()
     stdout, _ = process.communicate()
     seconds = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    used = cpu_seconds(resource.RUSAGE_CHILDREN) - before
     done.set()
     sampler.join()
     if log_path:
@@ -166,7 +171,7 @@ def run_measured(
             f"{' '.join(command)} failed with exit code {process.returncode}"
             + (f"; log: {log_path}" if log_path else "")
         )
-    return ProcessResult(seconds, peak, stdout, cpu_seconds, started_at)
+    return ProcessResult(seconds, peak, stdout, used, started_at)
 
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -145,26 +145,20 @@ def pipeline_main(argv: list[str]) -> int:
     return 0
 
 
-def _process_cpu_seconds() -> float:
-    """User + system CPU of this process (all its threads) and of the children it reaped
-    (Beam's worker processes)."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 @contextlib.contextmanager
 def cpu_seconds_of(executor_class, name: str, into: dict):
     """While active, into[name] = the CPU seconds of executor_class's Do (the LocalDagRunner
-    runs one component at a time, in this process)."""
+    runs one component at a time, in this process): all of this process's threads and the
+    children it reaped (Beam's worker processes)."""
     do = executor_class.Do
+    who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
 
     def timed(self, *args, **kwargs):
-        start = _process_cpu_seconds()
+        start = common.cpu_seconds(*who)
         try:
             return do(self, *args, **kwargs)
         finally:
-            into[name] = round(_process_cpu_seconds() - start, 2)
+            into[name] = round(common.cpu_seconds(*who) - start, 2)
 
     executor_class.Do = timed
     try:
