@@ -196,9 +196,9 @@ def direct_beam_args(workers: int) -> list[str]:
 
 def auto_workers(input_bytes: int, images: bool = False) -> int:
     """Beam worker processes `run_local.py --beam_mode auto` uses for this input (1: in_memory)."""
-    from pipeline import run_local
+    from pipeline import local
 
-    beam = run_local.choose_beam("auto", None, input_bytes, [], images=images)
+    beam = local.choose_beam("auto", None, input_bytes, [], images=images)
     return beam.num_workers if beam.mode == "multi_processing" else 1
 
 
@@ -222,9 +222,9 @@ def data_pipeline(name: str, root: str, components: list, beam_args: list[str]):
 def component_executions(root: str) -> tuple:
     """(Store, {component: execution}, {component: seconds}) of the pipeline under root, from
     its MLMD: each component's execution time is MLMD's create -> last update."""
-    from pipeline import inspect_mlmd
+    from pipeline import mlmd_read
 
-    db = inspect_mlmd.Store(inspect_mlmd.open_store(os.path.join(root, "metadata.sqlite")))
+    db = mlmd_read.Store(mlmd_read.open_store(os.path.join(root, "metadata.sqlite")))
     executions, seconds = {}, {}
     for execution in db.store.get_executions():
         node = db.node_of(execution)

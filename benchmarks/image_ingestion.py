@@ -43,7 +43,7 @@ import tempfile
 import time
 
 from benchmarks import common
-from components import example_wire
+from components.records import example_wire
 
 PIPELINE_NAME = "image-bench"
 TARGET_VS_BASELINE = 0.5
@@ -80,9 +80,9 @@ def synth_images(work_dir: str, images: int) -> str:
 def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
     from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 
-    from components import features
-    from components.image_example_gen.component import ImageExampleGen
-    from components.transform import executor as transform_executor
+    from components.ml import features
+    from components.tfx_components.image_example_gen.component import ImageExampleGen
+    from components.tfx_components.transform import executor as transform_executor
     from pipeline import builder
 
     schema_path = os.path.join(root, "schema.pbtxt")
@@ -112,11 +112,11 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
 
 def component_seconds(root: str) -> dict:
     """Seconds per component and the examples ImageExampleGen wrote, from MLMD."""
-    from pipeline import inspect_mlmd
+    from pipeline import mlmd_read
 
     db, executions, seconds = common.component_executions(root)
     (examples,) = db.outputs_by_type(executions["ImageExampleGen"].id)["Examples"]
-    counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts"))
+    counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts"))
     return {"seconds": seconds, "examples": sum(counts.values())}
 
 
@@ -128,9 +128,9 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--size", type=int, required=True)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    from components.image_example_gen import executor as image_example_gen_executor
-    from components.transform import executor as transform_executor
-    from pipeline import run_local
+    from components.tfx_components.image_example_gen import executor as image_example_gen_executor
+    from components.tfx_components.transform import executor as transform_executor
+    from pipeline import local
 
     beam_args = common.direct_beam_args(args.workers)
     cpu: dict[str, float] = {}
@@ -138,7 +138,7 @@ def pipeline_main(argv: list[str]) -> int:
         cpu_seconds_of(image_example_gen_executor.Executor, "ImageExampleGen", cpu),
         cpu_seconds_of(transform_executor.Executor, "Transform", cpu),
     ):
-        run_local.run_dag(build_pipeline(args.data, args.root, beam_args, args.size))
+        local.run_dag(build_pipeline(args.data, args.root, beam_args, args.size))
     # Done: Transform's output is written and the run recorded in MLMD.
     done_at = time.time()
     print(json.dumps({**component_seconds(args.root), "cpu_seconds": cpu, "done_at": done_at}))

@@ -2,7 +2,7 @@
 
     python -m benchmarks.scale [--quick] [--work_dir DIR] [--rows 1000000] [--workers N]
 
-For each size: writes synthetic CSV files (pipeline.datasets synth), then runs, each in a fresh
+For each size: writes synthetic CSV files (pipeline.synth_data), then runs, each in a fresh
 process with peak resident memory summed over its process tree (Beam's worker processes included):
 - ours: a LocalDagRunner pipeline of the project's ShardedCsvExampleGen -> ImportSchemaGen ->
   ShardedTransform (the same components and preprocessing_fn as the full pipeline), DirectRunner
@@ -35,12 +35,12 @@ FILES_PER_MILLION = 16
 
 
 def synth_data(work_dir: str, rows: int) -> str:
-    from pipeline import datasets
+    from pipeline import synth_data
 
     data_dir = os.path.join(work_dir, f"synth-{rows}")
     if not os.path.isdir(data_dir):
         files = max(4, round(FILES_PER_MILLION * rows / 1_000_000))
-        datasets.write_synth(data_dir, rows, files, seed=0)
+        synth_data.write_synth(data_dir, rows, files, seed=0)
     return data_dir
 
 
@@ -51,10 +51,10 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], shards: int):
     """ExampleGen -> ImportSchemaGen -> Transform: the full pipeline's first data steps."""
     from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 
-    from components import features
-    from components.example_gen.component import ShardedCsvExampleGen
-    from components.example_gen.csv_reader import schema_column_types
-    from components.transform import executor as transform_executor
+    from components.ml import features
+    from components.tfx_components.example_gen.component import ShardedCsvExampleGen
+    from components.tfx_components.example_gen.csv_reader import schema_column_types
+    from components.tfx_components.transform import executor as transform_executor
     from pipeline import builder, datasets, preflight
 
     dataset = datasets.synth(data_dir)
@@ -99,10 +99,10 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 2, before TensorFlow loads
-    from pipeline import run_local
+    from pipeline import local
 
     beam_args = common.direct_beam_args(args.workers)
-    run_local.run_dag(build_pipeline(args.data, args.root, beam_args, args.shards))
+    local.run_dag(build_pipeline(args.data, args.root, beam_args, args.shards))
     print(json.dumps(component_results(args.root)))
     return 0
 
@@ -147,13 +147,12 @@ def input_pipeline_rate(transformed_examples: str, transform_graph: str, batch: 
     import tensorflow as tf
     import tensorflow_transform as tft
 
-    from components import model
-    from pipeline import datasets
+    from components.ml import model
 
     output = tft.TFTransformOutput(transform_graph)
     files = sorted(glob.glob(os.path.join(transformed_examples, "Split-train", "*.gz")))
     dataset = model.make_dataset(
-        files, output, datasets.SYNTH_LABEL_KEY, batch, shuffle=True, repeat=True, seed=1
+        files, output, synth_data.SYNTH_LABEL_KEY, batch, shuffle=True, repeat=True, seed=1
     )
     steps = 400
     iterator = iter(dataset)
@@ -164,7 +163,7 @@ def input_pipeline_rate(transformed_examples: str, transform_graph: str, batch: 
         next(iterator)
     input_rate = steps * batch / (time.monotonic() - started)
     tf.keras.utils.set_random_seed(1)
-    keras_model = model.build_keras_model(output, datasets.SYNTH_LABEL_KEY)
+    keras_model = model.build_keras_model(output, synth_data.SYNTH_LABEL_KEY)
     synthetic = dataset.take(1).cache().repeat()
     keras_model.fit(synthetic, steps_per_epoch=20, epochs=1, verbose=0)
     started = time.monotonic()

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from components import features
+from components.ml import features
 
 MISSING_TOKEN = features.MISSING_TOKEN
 NUM_FILES = 4

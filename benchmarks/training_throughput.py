@@ -43,12 +43,12 @@ def transformed_data(work_dir: str) -> tuple[str, str]:
         cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL,
     )
-    from pipeline import inspect_mlmd
+    from pipeline import mlmd_read
 
-    store = inspect_mlmd.open_store(os.path.join(work_dir, "penguins-pipeline", "metadata.sqlite"))
+    store = mlmd_read.open_store(os.path.join(work_dir, "penguins-pipeline", "metadata.sqlite"))
     context = store.get_context_by_type_and_name("node", "penguins-pipeline.Transform")
     latest = max(store.get_executions_by_context(context.id), key=lambda e: e.id)
-    outputs = inspect_mlmd.Store(store).outputs_by_type(latest.id)
+    outputs = mlmd_read.Store(store).outputs_by_type(latest.id)
     return outputs["Examples"][0].uri, outputs["TransformGraph"][0].uri
 
 
@@ -56,7 +56,7 @@ def input_bound_ratio(examples_uri: str, transform_graph: str, steps: int, round
     import tensorflow as tf
     import tensorflow_transform as tft
 
-    from components import model
+    from components.ml import model
 
     output = tft.TFTransformOutput(transform_graph)
     files = sorted(glob.glob(os.path.join(examples_uri, "Split-train", "*.gz")))
@@ -126,7 +126,8 @@ STRATEGY_RUNS = [
 
 
 def strategy_throughput(examples_uri, transform_graph, steps, work_dir) -> dict[str, dict]:
-    from components import cluster, training
+    from components.training import cluster
+    from components.training import loop as training
 
     results = {}
     for name, settings in STRATEGY_RUNS:

@@ -9,9 +9,10 @@ returns:
   - per-component resources as each component's platform config (a KFP ResourceSpec: CPU and
     memory limits and requests, `nvidia.com/gpu` for the Trainer), which the compiler copies
     into the container spec;
-  - the Trainer's image is the GPU image, every other component's the project's image;
-  - for multi-worker strategies, the Trainer's custom_config names the TFJob launcher and
-    carries its settings (image, replicas' resources, GPU pool, policies) to the Trainer's pod.
+  - the Trainer's image is the GPU image, every other component's the project's image.
+For multi-worker strategies the launcher (a TFJob: image, replicas' resources, GPU pool,
+policies) is part of the config's training settings, which create_pipeline() writes into the
+Trainer's custom_config like every other training setting.
 
 The output is the KFP IR YAML the Kubeflow Pipelines API accepts: the PipelineSpec, then a
 PlatformSpec document with the Kubernetes node selector and tolerations of the GPU pods.
@@ -21,19 +22,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 
-from components import features
+from components.ml import features
+from components.training.settings import GPU_RESOURCE, LocalLauncherConfig
 from kubeflow.config import (
-    GPU_RESOURCE,
     IMAGE_DIGITS_DIR,
     IMAGE_PROJECT_DIR,
     IMAGE_SITE_PACKAGES,
     KubeflowConfig,
     Resources,
 )
-from pipeline import datasets
+from pipeline import datasets, flags
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 TRAINER_ID = "Trainer"
@@ -69,68 +69,44 @@ def _site_packages() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(palmerpenguins.__file__)))
 
 
-def kubeflow_dataset(
-    data_root: str | None,
-    label_key: str | None,
-    name: str | None,
-    schema_path: str | None,
-    *,
-    images: str | None = None,
-    embedded: str = datasets.PENGUINS,
-    image_size: int = datasets.DIGITS_IMAGE_SIZE,
-) -> DatasetConfig:
-    """The dataset as the pods see it. Default: the penguins CSV inside the image; digits: the
-    JPEG class folders written into the image at build time. Users' data: CSV files
-    (data_root, label_key) or image class folders (images) under a URI or mounted path, with a
-    curated schema from schemas/ (no inference on the cluster)."""
+def kubeflow_dataset(choice: flags.DatasetChoice) -> DatasetConfig:
+    """The dataset the dataset flags chose (pipeline.flags), as the pods see it. Default: the
+    penguins CSV inside the image; digits: the JPEG class folders written into the image at
+    build time. Users' data: CSV files or image class folders under a URI or mounted path, with
+    a curated schema from schemas/ (no inference on the cluster)."""
     from pipeline import preflight
 
-    if images is not None and data_root is not None:
-        raise ConfigError(
-            "invalid configuration: --images and --data_root are exclusive (image class "
-            "folders or CSV files)"
-        )
-    if embedded != datasets.PENGUINS and (images is not None or data_root is not None):
-        raise ConfigError(
-            f"invalid configuration: --dataset {embedded} is an embedded dataset; drop "
-            "--data_root/--images"
-        )
-    if embedded == datasets.DIGITS:
-        schema_path = schema_path or datasets.curated_schema_path(datasets.DIGITS)
-        return _image_dataset(datasets.DIGITS, IMAGE_DIGITS_DIR, schema_path, image_size)
-    if images is not None:
-        if label_key:
-            raise ConfigError(
-                "invalid configuration: --label is for CSV data; with --images the class "
-                "folder names are the labels"
-            )
-        name = name or os.path.basename(images.rstrip("/")) or "images"
+    if choice.kind == datasets.DIGITS:
+        schema_path = choice.schema or datasets.curated_schema_path(datasets.DIGITS)
+        return _image_dataset(datasets.DIGITS, IMAGE_DIGITS_DIR, schema_path, choice.image_size)
+    if choice.kind == "images":
+        images = choice.location
+        name = choice.name or os.path.basename(images.rstrip("/")) or "images"
         schema_path = _curated_schema(
-            name, schema_path, "image dataset", "run locally once with --images"
+            name, choice.schema, "image dataset", "run locally once with --images"
         )
-        return _image_dataset(name, images, schema_path, image_size)
-    if data_root is None:
+        return _image_dataset(name, images, schema_path, choice.image_size)
+    if choice.kind == datasets.PENGUINS:
         dataset = datasets.penguins()
         facts = preflight.check_dataset(dataset)  # the same file the image carries
         column_types = tuple(facts["column_types"].items())
         return dataclasses.replace(
             dataset,
             data_root=image_path(dataset.data_root),
-            schema_path=image_path(dataset.schema_path),
+            schema_path=image_path(choice.schema or dataset.schema_path),
             column_types=column_types,
         )
-    if not label_key:
-        raise ConfigError("invalid configuration: --label is required with --data_root")
-    name = name or os.path.basename(data_root.rstrip("/")) or "csv"
-    schema_path = _curated_schema(name, schema_path, "dataset", "run locally once")
-    from components.example_gen import csv_reader
+    data_root = choice.location
+    name = choice.name or os.path.basename(data_root.rstrip("/")) or "csv"
+    schema_path = _curated_schema(name, choice.schema, "dataset", "run locally once")
+    from components.tfx_components.example_gen import csv_reader
 
     # The CSV columns are read in the schema's order on the cluster (no local file to look at).
     column_types = tuple(csv_reader.schema_column_types(preflight.load_schema(schema_path)).items())
     return DatasetConfig(
         name=name,
         data_root=data_root,
-        label_key=label_key,
+        label_key=choice.label,
         schema_path=image_path(schema_path),
         column_types=column_types,
     )
@@ -187,15 +163,14 @@ def resource_spec(resources: Resources):
     return spec
 
 
-def trains_in_trainer_pod(config: PipelineConfig, kubeflow: KubeflowConfig) -> bool:
-    from components import strategies
-
-    return not strategies.needs_cluster(config.training.strategy) or kubeflow.launcher == "local"
+def trains_in_trainer_pod(config: PipelineConfig) -> bool:
+    """Single-worker strategies, and clusters of processes in the Trainer's own pod."""
+    training = config.training
+    return not training.needs_cluster or isinstance(training.launcher, LocalLauncherConfig)
 
 
 def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConfig):
-    """Per-component resources and the Trainer's launcher, on the pipeline create_pipeline()
-    returned."""
+    """Per-component resources, on the pipeline create_pipeline() returned."""
     from tfx.dsl.components.base import base_beam_component, base_component
 
     for component in tfx_pipeline.components:
@@ -203,23 +178,15 @@ def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConf
             continue  # the resolver runs inside the KFP driver, not in a pod
         if component.id == TRAINER_ID:
             resources = kubeflow.trainer_resources
-            if not trains_in_trainer_pod(config, kubeflow):
-                # The TFJob's pods train; the Trainer's pod only follows them.
+            if not trains_in_trainer_pod(config):
+                # The launcher's pods train; the Trainer's pod only follows them.
                 resources = dataclasses.replace(resources, gpus=0)
-                _set_tfjob_launcher(component, kubeflow)
         elif isinstance(component, base_beam_component.BaseBeamComponent):
             resources = kubeflow.beam_resources
         else:
             resources = kubeflow.default_resources
         component.with_platform_config(resource_spec(resources))
     return tfx_pipeline
-
-
-def _set_tfjob_launcher(trainer, kubeflow: KubeflowConfig) -> None:
-    settings = kubeflow.tfjob_settings()
-    custom_config = json.loads(trainer.exec_properties["custom_config"])
-    custom_config.update(launcher="tfjob", tfjob=settings.to_dict())
-    trainer.exec_properties["custom_config"] = json.dumps(custom_config, sort_keys=True)
 
 
 def _reads_raw_data(component) -> bool:

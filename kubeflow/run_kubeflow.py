@@ -16,31 +16,38 @@ exists), optionally start a run and follow it. Credentials only from the environ
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 import warnings
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
+from components.training.settings import (  # noqa: E402
+    DELETE_POLICIES,
+    GpuPool,
+    Resources,
+    TFJobConfig,
+    Toleration,
+)
 from kubeflow import config as kf_config  # noqa: E402
-from pipeline import beam_runners, datasets  # noqa: E402
+from pipeline import beam_runners, flags  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 DEFAULT_PACKAGE = "pipeline.yaml"
-# Transform's TFRecord shards per split for tabular data (>= TFJob workers for FILE sharding).
+# TFRecord shards per split on a cluster (Transform: >= TFJob workers for FILE sharding).
+EXAMPLE_SHARDS = 8
 TRANSFORM_SHARDS = 8
 
 
 def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
-    training = config_lib.TrainingConfig()
     kubeflow = kf_config.KubeflowConfig(image="-", gpu_image="-")
+    tfjob = TFJobConfig()
     parser.add_argument("--output", default=DEFAULT_PACKAGE, help="the KFP pipeline file")
-    parser.add_argument("--pipeline_name", default=None, help="default: <dataset>-pipeline")
     parser.add_argument(
         "--pipeline_root",
         required=True,
@@ -49,57 +56,17 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--serving_model_dir", default=None, help="default: <pipeline_root>/serving_model"
     )
-    parser.add_argument(
-        "--dataset",
-        choices=(datasets.PENGUINS, datasets.DIGITS),
-        default=datasets.PENGUINS,
-        help="embedded dataset inside the image: penguins (CSV) or digits (scikit-learn's "
-        "handwritten digits as JPEG class folders, written into the image when it is built)",
+    flags.add_common_flags(
+        parser,
+        data_flag="--data_root",
+        where="a URI the pods read (gs://, s3://, a mounted path; the default value of the "
+        "compiled pipeline's data_root parameter)",
+        example_shards=EXAMPLE_SHARDS,
+        transform_shards=TRANSFORM_SHARDS,
+        local=False,
     )
-    parser.add_argument(
-        "--data_root",
-        default=None,
-        help="default value of the pipeline's data_root parameter (default: the penguins CSV "
-        "inside the image); CSV files under it",
-    )
-    parser.add_argument("--label", default=None, help="label column (with --data_root)")
-    parser.add_argument(
-        "--images",
-        default=None,
-        help="default value of the data_root parameter for an image dataset: one sub-folder of "
-        "JPEG/PNG files per class, under a URI the pods read (gs://, s3://, a mounted path)",
-    )
-    datasets.add_image_flags(parser)
-    parser.add_argument(
-        "--learning_rate",
-        type=float,
-        default=None,
-        help=f"default: {training.learning_rate} (tabular), {config_lib.IMAGE_LEARNING_RATE} "
-        "(images)",
-    )
-    parser.add_argument(
-        "--dataset_name", default=None, help="default: the last name of data_root or images"
-    )
-    parser.add_argument("--schema", default=None, help="curated schema under schemas/<dataset>/")
     parser.add_argument("--image", required=True, help="the project's image (every component)")
     parser.add_argument("--gpu_image", required=True, help="the GPU image (Trainer, TFJob pods)")
-    parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default=training.strategy)
-    parser.add_argument("--workers", type=int, default=training.workers)
-    parser.add_argument("--ps", type=int, default=training.ps)
-    parser.add_argument("--epochs", type=int, default=training.epochs)
-    parser.add_argument("--train_steps", type=int, default=None)
-    parser.add_argument("--batch_size", type=int, default=training.per_replica_batch_size)
-    parser.add_argument(
-        "--example_shards", type=int, default=8, help="TFRecord shards per split (ExampleGen)"
-    )
-    parser.add_argument(
-        "--transform_shards",
-        type=int,
-        default=None,
-        help=f"TFRecord shards per split (Transform; default {TRANSFORM_SHARDS}, >= workers "
-        "for FILE sharding); images default to 0: each Beam bundle streams its own file, so "
-        "memory stays flat with the pixels (fixed shards group the images per shard)",
-    )
     parser.add_argument(
         "--gpus",
         type=int,
@@ -129,13 +96,11 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--launcher",
         choices=kf_config.LAUNCHERS,
-        default=kubeflow.launcher,
-        help="multi-worker strategies: a TFJob (tfjob) or processes in the Trainer's pod",
+        default=TFJobConfig.KIND,
+        help="multi-worker strategies: a TFJob (tfjob) or processes in the Trainer's pod (local)",
     )
-    parser.add_argument("--tfjob_namespace", default=kubeflow.tfjob.namespace)
-    parser.add_argument(
-        "--tfjob_delete", choices=kf_config.DELETE_POLICIES, default=kubeflow.tfjob.delete_policy
-    )
+    parser.add_argument("--tfjob_namespace", default=tfjob.namespace)
+    parser.add_argument("--tfjob_delete", choices=DELETE_POLICIES, default=tfjob.delete_policy)
     parser.add_argument("--tfjob_service_account", default="")
     parser.add_argument(
         "--pvc_name", default="", help="PVC holding the pipeline root (when it is a mounted path)"
@@ -148,8 +113,6 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         help="DirectRunner inside the component's pod",
     )
     parser.add_argument("--beam_workers", type=int, default=1)
-    parser.add_argument("--beam_arg", action="append", default=[])
-    beam_runners.add_flags(parser, local=False)
 
 
 def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
@@ -199,17 +162,41 @@ def build_configs(
 ) -> tuple[config_lib.PipelineConfig, kf_config.KubeflowConfig]:
     from kubeflow import compile as compiler
 
-    dataset = compiler.kubeflow_dataset(
-        args.data_root,
-        args.label,
-        args.dataset_name,
-        args.schema,
-        images=args.images,
-        embedded=args.dataset,
-        image_size=args.image_size,
-    )
+    dataset = compiler.kubeflow_dataset(flags.dataset_choice(args))
     name = args.pipeline_name or f"{dataset.name}-pipeline"
     root = args.pipeline_root.rstrip("/")
+    tolerations = (
+        tuple(Toleration.parse(t) for t in args.toleration)
+        if args.toleration is not None
+        else GpuPool().tolerations
+    )
+    kubeflow = kf_config.KubeflowConfig(
+        image=args.image,
+        gpu_image=args.gpu_image,
+        beam_resources=Resources(cpu=args.beam_cpu, memory_gb=args.beam_memory_gb),
+        trainer_resources=Resources(
+            cpu=args.trainer_cpu, memory_gb=args.trainer_memory_gb, gpus=args.gpus
+        ),
+        gpu_pool=GpuPool(
+            node_selector=_pairs(args.node_selector, "--node_selector"), tolerations=tolerations
+        ),
+    ).validate()
+    training = flags.training_config(args, dataset)
+    if args.launcher == TFJobConfig.KIND and training.needs_cluster:
+        defaults = TFJobConfig()
+        launcher = kubeflow.tfjob(
+            TFJobConfig(
+                namespace=args.tfjob_namespace,
+                worker=dataclasses.replace(defaults.worker, gpus=args.gpus),
+                chief=dataclasses.replace(defaults.chief, gpus=args.gpus),
+                delete_policy=args.tfjob_delete,
+                service_account=args.tfjob_service_account,
+                pvc_name=args.pvc_name,
+                mount_path=args.mount_path,
+                backoff_limit=training.max_restarts + 1,
+            )
+        )
+        training = dataclasses.replace(training, launcher=launcher)
     direct = config_lib.BeamConfig(
         mode=args.beam_mode, num_workers=args.beam_workers, extra_args=tuple(args.beam_arg)
     )
@@ -220,59 +207,18 @@ def build_configs(
         metadata_path="",
         serving_model_dir=args.serving_model_dir or f"{root}/serving_model",
         dataset=dataset,
-        training=config_lib.TrainingConfig(
-            strategy=args.strategy,
-            workers=args.workers,
-            ps=args.ps,
-            epochs=args.epochs,
-            train_steps=args.train_steps,
-            per_replica_batch_size=args.batch_size,
-            learning_rate=config_lib.learning_rate_for(dataset, args.learning_rate),
-            image_model=args.image_model,
-        ),
+        training=training,
         beam=beam_runners.beam_config(args, direct),
+        train_fraction=args.train_fraction,
         example_shards=args.example_shards,
         transform_shards=config_lib.transform_shards_for(
             dataset, args.transform_shards, TRANSFORM_SHARDS
         ),
+        max_rejected_fraction=args.max_rejected_fraction,
+        accuracy_threshold=args.accuracy_threshold,
         baseline_strategy="latest_blessed",
     ).validate()
-    tolerations = (
-        tuple(kf_config.Toleration.parse(t) for t in args.toleration)
-        if args.toleration is not None
-        else kf_config.GpuPool().tolerations
-    )
-    defaults = kf_config.KubeflowConfig(image="-", gpu_image="-")
-    gpus = kf_config.Resources(gpus=args.gpus)
-    kubeflow = kf_config.KubeflowConfig(
-        image=args.image,
-        gpu_image=args.gpu_image,
-        beam_resources=kf_config.Resources(cpu=args.beam_cpu, memory_gb=args.beam_memory_gb),
-        trainer_resources=kf_config.Resources(
-            cpu=args.trainer_cpu, memory_gb=args.trainer_memory_gb, gpus=args.gpus
-        ),
-        gpu_pool=kf_config.GpuPool(
-            node_selector=_pairs(args.node_selector, "--node_selector"), tolerations=tolerations
-        ),
-        launcher=args.launcher,
-        tfjob=kf_config.TFJobConfig(
-            namespace=args.tfjob_namespace,
-            worker=_with_gpus(defaults.tfjob.worker, gpus.gpus),
-            chief=_with_gpus(defaults.tfjob.chief, gpus.gpus),
-            delete_policy=args.tfjob_delete,
-            service_account=args.tfjob_service_account,
-            pvc_name=args.pvc_name,
-            mount_path=args.mount_path,
-            backoff_limit=config.training.max_restarts + 1,
-        ),
-    ).validate()
     return config, kubeflow
-
-
-def _with_gpus(resources: kf_config.Resources, gpus: int) -> kf_config.Resources:
-    import dataclasses
-
-    return dataclasses.replace(resources, gpus=gpus)
 
 
 def run_compile(args: argparse.Namespace, out) -> int:
@@ -290,11 +236,7 @@ def run_compile(args: argparse.Namespace, out) -> int:
     out.write(
         f"compiled {config.pipeline_name} -> {args.output}\n"
         f"  Beam: {config.beam.describe()}; strategy {config.training.strategy}"
-        + (
-            f" via {kubeflow.launcher}"
-            if config.training.strategy in ("multi_worker_mirrored", "parameter_server")
-            else ""
-        )
+        + (f" via {type(config.training.launcher).KIND}" if config.training.needs_cluster else "")
         + f"; pipeline root {config.pipeline_root}\n"
     )
     return 0

@@ -17,10 +17,7 @@ BeamConfig.validate() before anything starts.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-from collections.abc import Iterator
-from unittest import mock
 
 from pipeline.config import BEAM_RUNNERS, PORTABLE_ENVIRONMENTS, BeamConfig, ConfigError
 
@@ -99,37 +96,3 @@ def beam_config(args: argparse.Namespace, direct: BeamConfig) -> BeamConfig:
         max_num_workers=args.dataflow_max_workers,
         sdk_container_image=args.sdk_container_image,
     )
-
-
-# Runner names that run Beam on this machine, in this Python environment.
-_LOCAL_RUNNERS = frozenset({"DirectRunner", "direct", "SwitchingDirectRunner"})
-
-
-def _runs_locally(beam_pipeline_args: list[str]) -> bool:
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-
-    runner = PipelineOptions(flags=beam_pipeline_args).view_as(StandardOptions).runner
-    return runner is None or runner in _LOCAL_RUNNERS
-
-
-@contextlib.contextmanager
-def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
-    """While active, TFX's Beam executors skip packaging TFX when Beam runs on this machine.
-
-    With no --extra_package, --setup_file or container image in the Beam args, every TFX Beam
-    executor (ExampleGen, StatisticsGen, Transform, Evaluator) copies TFX's whole installation
-    into a temporary directory and runs `setup.py sdist` on it, about 2 s per component, so
-    that remote workers can install TFX. The DirectRunner's workers are this process or its
-    children in the same environment and never install it; other runners are left as TFX
-    handles them."""
-    from tfx.utils import dependency_utils
-
-    stock = dependency_utils.make_beam_dependency_flags
-
-    def dependency_flags(beam_pipeline_args):
-        if _runs_locally(beam_pipeline_args):
-            return beam_pipeline_args
-        return stock(beam_pipeline_args)
-
-    with mock.patch.object(dependency_utils, "make_beam_dependency_flags", dependency_flags):
-        yield

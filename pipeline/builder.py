@@ -33,17 +33,18 @@ from tfx.orchestration import pipeline
 from tfx.proto import pusher_pb2, trainer_pb2
 from tfx.types import Channel, standard_artifacts
 
-from components import baseline, features
-from components.example_gen.component import ShardedCsvExampleGen
-from components.image_example_gen.component import ImageExampleGen
-from components.transform import executor as transform_executor
-from components.validation.executor import StrictExampleValidator
+from components.ml import features
+from components.tfx_components import baseline
+from components.tfx_components.example_gen.component import ShardedCsvExampleGen
+from components.tfx_components.image_example_gen.component import ImageExampleGen
+from components.tfx_components.transform import executor as transform_executor
+from components.tfx_components.validation.executor import StrictExampleValidator
 from pipeline.config import PipelineConfig
 
-PREPROCESSING_FN = "components.preprocessing.preprocessing_fn"
-IMAGE_PREPROCESSING_FN = "components.image_preprocessing.preprocessing_fn"
+PREPROCESSING_FN = "components.ml.preprocessing.preprocessing_fn"
+IMAGE_PREPROCESSING_FN = "components.ml.image_preprocessing.preprocessing_fn"
 IMAGE_TRANSFORM_BATCH_SIZE = 128
-RUN_FN = "components.model.run_fn"
+RUN_FN = "components.training.trainer.run_fn"
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
 
@@ -164,7 +165,7 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         schema=schema_gen.outputs["schema"],
         train_args=trainer_pb2.TrainArgs(splits=[TRAIN_SPLIT], num_steps=training.train_steps),
         eval_args=trainer_pb2.EvalArgs(splits=[EVAL_SPLIT], num_steps=training.eval_steps),
-        custom_config={features.LABEL_KEY_CONFIG: dataset.label_key, **training.custom_config()},
+        custom_config=training.to_custom_config(dataset.label_key),
     )
 
     if config.baseline_strategy == "latest_blessed":

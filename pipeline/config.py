@@ -10,28 +10,19 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from components import features
+from components import ConfigError
+from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
 
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "flink", "spark", "dataflow")
 PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
 BASELINE_STRATEGIES = ("previous_blessed", "latest_blessed")
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
-SHARD_POLICIES = ("auto", "file", "data")
-MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")
 DATASET_KINDS = ("csv", "images")
-IMAGE_MODELS = features.IMAGE_MODELS
 # MobileNetV2 needs at least 32x32 inputs.
 MIN_IMAGE_SIZE = 32
-# Adam's usual rate for the convolutional models; the tabular MLP trains faster at 0.01.
-IMAGE_LEARNING_RATE = 0.001
 # Transform's output for images: 0 shards, streamed one file per Beam bundle (components'
 # transform executor STREAMING_SHARDS), so memory stays flat however many pixels there are.
 IMAGE_TRANSFORM_SHARDS = 0
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field (or flag)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,57 +209,6 @@ class BeamConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingConfig:
-    """Trainer settings, passed to run_fn through the Trainer's custom_config."""
-
-    strategy: str = "mirrored"
-    epochs: int = 20
-    # If set, train for exactly this many steps instead of `epochs` passes.
-    train_steps: int | None = None
-    eval_steps: int | None = None
-    per_replica_batch_size: int = 32
-    learning_rate: float = 0.01
-    hidden_units: tuple[int, ...] = (32, 16)
-    seed: int = 42
-    # Cluster shape: worker processes (multi_worker_mirrored, parameter_server) and parameter
-    # servers (parameter_server only).
-    workers: int = 1
-    ps: int = 0
-    # Per-worker input sharding: auto (FILE when there are >= as many files as workers, else
-    # DATA), or forced.
-    shard_policy: str = "auto"
-    # BackupAndRestore every N steps (0: every epoch); a restarted worker resumes from it.
-    checkpoint_every_steps: int = 0
-    # Restarts of a failed local cluster before the Trainer fails.
-    max_restarts: int = 2
-    mixed_precision: str | None = None
-    xla: bool = False
-    # >1: train in a fresh process whose CPU is split into N logical devices (mirrored on CPU).
-    cpu_devices: int = 0
-    # Image data: small_cnn (fast on CPU) or mobilenet_v2 (weights=None).
-    image_model: str = "small_cnn"
-
-    def custom_config(self) -> dict:
-        return {
-            "strategy": self.strategy,
-            "workers": self.workers,
-            "ps": self.ps,
-            "shard_policy": self.shard_policy,
-            "checkpoint_every_steps": self.checkpoint_every_steps,
-            "max_restarts": self.max_restarts,
-            "mixed_precision": self.mixed_precision or "",
-            "xla": self.xla,
-            "cpu_devices": self.cpu_devices,
-            "image_model": self.image_model,
-            "epochs": self.epochs,
-            "per_replica_batch_size": self.per_replica_batch_size,
-            "learning_rate": self.learning_rate,
-            "hidden_units": list(self.hidden_units),
-            "seed": self.seed,
-        }
-
-
-@dataclasses.dataclass(frozen=True)
 class MySQLConfig:
     """MLMD on MySQL (as Kubeflow uses) instead of the local SQLite file. The user and password
     come from the environment (MLMD_MYSQL_USER, MLMD_MYSQL_PASSWORD) via the runner."""
@@ -368,52 +308,7 @@ class PipelineConfig:
             f"must be one of {BASELINE_STRATEGIES}, got {self.baseline_strategy!r}",
         )
         self.beam.validate()
-        training = self.training
-        _require(
-            training.strategy in STRATEGIES,
-            "training.strategy",
-            f"must be one of {STRATEGIES}, got {training.strategy!r}",
-        )
-        _require(training.epochs >= 1, "training.epochs", f"must be >= 1, got {training.epochs}")
-        for name in ("train_steps", "eval_steps"):
-            value = getattr(training, name)
-            _require(value is None or value >= 1, f"training.{name}", f"must be >= 1, got {value}")
-        _require(
-            training.per_replica_batch_size >= 1,
-            "training.per_replica_batch_size",
-            "must be >= 1",
-        )
-        _require(training.learning_rate > 0, "training.learning_rate", "must be > 0")
-        _require(
-            bool(training.hidden_units) and all(u >= 1 for u in training.hidden_units),
-            "training.hidden_units",
-            f"must be positive layer widths, got {training.hidden_units}",
-        )
-        _require(training.workers >= 1, "training.workers", f"must be >= 1, got {training.workers}")
-        if training.strategy == "parameter_server":
-            _require(
-                training.ps >= 1,
-                "training.ps",
-                "must be >= 1 for strategy parameter_server (parameter servers)",
-            )
-        else:
-            _require(
-                training.ps == 0,
-                "training.ps",
-                f"is only valid with strategy parameter_server, got ps={training.ps} with "
-                f"{training.strategy}",
-            )
-        if training.strategy not in ("multi_worker_mirrored", "parameter_server"):
-            _require(
-                training.workers == 1,
-                "training.workers",
-                f"must be 1 for the single-worker strategy {training.strategy}",
-            )
-        _require(
-            training.shard_policy in SHARD_POLICIES,
-            "training.shard_policy",
-            f"must be one of {SHARD_POLICIES}, got {training.shard_policy!r}",
-        )
+        training = self.training.validate()
         if training.shard_policy == "file":
             _require(
                 0 < training.workers <= self.transform_shards,
@@ -421,16 +316,6 @@ class PipelineConfig:
                 f"'file' needs at least as many Transform shards as workers: "
                 f"{self.transform_shards} shard(s) for {training.workers} worker(s)",
             )
-        _require(
-            training.mixed_precision in (None, *MIXED_PRECISION),
-            "training.mixed_precision",
-            f"must be one of {MIXED_PRECISION} or unset, got {training.mixed_precision!r}",
-        )
-        _require(
-            training.checkpoint_every_steps >= 0, "training.checkpoint_every_steps", "must be >= 0"
-        )
-        _require(training.max_restarts >= 0, "training.max_restarts", "must be >= 0")
-        _require(training.cpu_devices >= 0, "training.cpu_devices", "must be >= 0")
         _require(bool(self.dataset.label_key), "dataset.label_key", "must not be empty")
         _require(
             self.dataset.kind in DATASET_KINDS,
@@ -441,11 +326,6 @@ class PipelineConfig:
             self.dataset.image_size >= MIN_IMAGE_SIZE,
             "dataset.image_size",
             f"must be >= {MIN_IMAGE_SIZE}, got {self.dataset.image_size}",
-        )
-        _require(
-            training.image_model in IMAGE_MODELS,
-            "training.image_model",
-            f"must be one of {IMAGE_MODELS}, got {training.image_model!r}",
         )
         return self
 

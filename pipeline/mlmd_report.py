@@ -13,7 +13,7 @@ import os
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 
-from pipeline import inspect_mlmd
+from pipeline import mlmd_read
 
 STATE_COLORS = {
     "COMPLETE": "#cdeccd",
@@ -33,7 +33,7 @@ def _layers(nodes: list[str], edges: set[tuple[str, str]]) -> dict[str, int]:
     return layer
 
 
-def lineage_svg(executions: list[dict], db: inspect_mlmd.Store) -> str:
+def lineage_svg(executions: list[dict], db: mlmd_read.Store) -> str:
     names = [e["component"] for e in executions]
     producer = {}
     for e in executions:
@@ -143,17 +143,17 @@ def _table(rows: list[dict], columns: list[str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
         "<tr>"
-        + "".join(f"<td>{html.escape(inspect_mlmd._cell(r.get(c)))}</td>" for c in columns)
+        + "".join(f"<td>{html.escape(mlmd_read.cell(r.get(c)))}</td>" for c in columns)
         + "</tr>"
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def build_report(db: inspect_mlmd.Store, run) -> str:
-    summary = next(r for r in inspect_mlmd.describe_runs(db) if r["run"] == run.name)
-    executions = inspect_mlmd.describe_executions(db, run)
-    artifacts = inspect_mlmd.describe_artifacts(db, run, None)
+def build_report(db: mlmd_read.Store, run) -> str:
+    summary = next(r for r in mlmd_read.describe_runs(db) if r["run"] == run.name)
+    executions = mlmd_read.describe_executions(db, run)
+    artifacts = mlmd_read.describe_artifacts(db, run, None)
     by_type = collections.defaultdict(list)
     for artifact in artifacts:
         by_type[artifact["type"]].append(artifact)
@@ -169,7 +169,7 @@ def build_report(db: inspect_mlmd.Store, run) -> str:
     anomalies = [line for a in by_type["ExampleAnomalies"] for line in anomaly_rows(a["uri"])]
     metrics, blessed = {}, None
     for evaluation in by_type["ModelEvaluation"]:
-        metrics = inspect_mlmd.overall_metrics(evaluation["uri"])
+        metrics = mlmd_read.overall_metrics(evaluation["uri"])
     for blessing in by_type["ModelBlessing"]:
         blessed = blessing["properties"].get("blessed") == 1
     pushed = [

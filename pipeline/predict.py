@@ -29,9 +29,7 @@ def resolve_model_dir(path: str) -> str:
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
         return path
     if os.path.isdir(path):
-        versions = sorted(
-            (int(name) for name in os.listdir(path) if name.isdigit()), reverse=True
-        )
+        versions = sorted((int(name) for name in os.listdir(path) if name.isdigit()), reverse=True)
         for version in versions:
             candidate = os.path.join(path, str(version))
             if os.path.isfile(os.path.join(candidate, "saved_model.pb")):
@@ -47,8 +45,8 @@ def predict_files(model_dir: str, paths: list[str], batch_size: int = 64):
     files that are not readable images."""
     import tensorflow as tf
 
-    from components import features
-    from components.image_example_gen import reader
+    from components.ml import features
+    from components.tfx_components.image_example_gen import reader
 
     loaded = tf.saved_model.load(model_dir)
     if features.IMAGE_SERVING_SIGNATURE not in loaded.signatures:

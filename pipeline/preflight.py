@@ -10,7 +10,7 @@ import csv
 import glob
 import os
 
-from components.example_gen import csv_reader
+from components.tfx_components.example_gen import csv_reader
 from pipeline.config import DatasetConfig
 
 
@@ -116,7 +116,7 @@ def check_dataset(dataset: DatasetConfig) -> dict:
 def missing_image_features(schema, label_key: str) -> list[str]:
     """The features the image ExampleGen writes and the pipeline reads (the image bytes and the
     label) that the schema lacks, sorted."""
-    from components import features
+    from components.ml import features
 
     return sorted({features.IMAGE_KEY, label_key} - {feature.name for feature in schema.feature})
 
@@ -124,7 +124,7 @@ def missing_image_features(schema, label_key: str) -> list[str]:
 def check_images(dataset: DatasetConfig) -> dict:
     """Image folders: at least two class sub-folders holding files. The files themselves are
     validated (and rejected with reasons) by the image ExampleGen, in parallel."""
-    from components.image_example_gen import reader
+    from components.tfx_components.image_example_gen import reader
 
     try:
         classes = reader.list_class_names(dataset.data_root)

@@ -19,27 +19,20 @@ import sys
 import time
 import warnings
 
-# Keras 2 must be selected before TensorFlow is imported (pipeline/__init__.py); TensorFlow's
-# C++ INFO lines go to the log file's level of detail, not the console.
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # TensorFlow's C++ INFO and WARNING lines (per-epoch end-of-data notices under a distribution
 # strategy among them) would drown the progress lines; TF_CPP_MIN_LOG_LEVEL=0 brings them back.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # google-api-core warns about Python 3.10 on import; TFX 1.16 requires 3.10.
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
-from pipeline import beam_runners, datasets, preflight  # noqa: E402
+from pipeline import beam_runners, datasets, flags, local, preflight  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 
-# Inputs smaller than this run Beam in-process; larger ones use one worker process per core.
-IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    defaults = config_lib.PipelineConfig.__dataclass_fields__
-    training = config_lib.TrainingConfig()
     parser = argparse.ArgumentParser(
         prog="run_local.py",
         description="Run the TFX pipeline locally (penguins by default, or --data/--label).",
@@ -47,50 +40,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--output_root",
         default=config_lib.default_output_root(),
-        help="where pipeline outputs, MLMD and the serving model go",
+        help="where pipeline outputs, MLMD and the serving model go (digits are written "
+        "under <output_root>/data/digits)",
     )
-    parser.add_argument("--pipeline_name", default=None, help="default: <dataset>-pipeline")
-    parser.add_argument(
-        "--dataset",
-        choices=(datasets.PENGUINS, datasets.DIGITS),
-        default=datasets.PENGUINS,
-        help="embedded dataset: penguins (CSV) or digits (scikit-learn's handwritten digits, "
-        "written as JPEG files under <output_root>/data/digits)",
-    )
-    parser.add_argument("--data", default=None, help="directory of CSV files (default: penguins)")
-    parser.add_argument(
-        "--images",
-        default=None,
-        help="directory of images, one sub-folder of JPEG/PNG files per class",
-    )
-    datasets.add_image_flags(parser)
-    parser.add_argument("--label", default=None, help="label column of --data (class names)")
-    parser.add_argument(
-        "--schema",
-        default=None,
-        help="curated schema.pbtxt (default: schemas/<dataset>/schema.pbtxt, "
-        "else inferred on this run and written out for review)",
-    )
-    parser.add_argument("--train_fraction", type=float, default=defaults["train_fraction"].default)
-    parser.add_argument(
-        "--example_shards",
-        type=int,
-        default=defaults["example_shards"].default,
-        help="TFRecord shards per split written by ExampleGen",
-    )
-    parser.add_argument(
-        "--transform_shards",
-        type=int,
-        default=None,
-        help=f"TFRecord shards per split written by Transform (default "
-        f"{defaults['transform_shards'].default}; images: 0, streaming: the runner decides the "
-        "files and memory stays flat)",
-    )
-    parser.add_argument(
-        "--max_rejected_fraction",
-        type=float,
-        default=defaults["max_rejected_fraction"].default,
-        help="fail when more than this fraction of CSV rows is rejected",
+    flags.add_common_flags(
+        parser,
+        data_flag="--data",
+        where="a local directory",
+        example_shards=config_lib.PipelineConfig.example_shards,
+        transform_shards=config_lib.PipelineConfig.transform_shards,
+        local=True,
     )
     parser.add_argument(
         "--beam_mode",
@@ -104,76 +63,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="worker processes for multi_processing (default: CPU count)",
     )
-    parser.add_argument(
-        "--beam_arg",
-        action="append",
-        default=[],
-        help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)",
-    )
-    beam_runners.add_flags(parser)
-    parser.add_argument("--strategy", choices=config_lib.STRATEGIES, default=training.strategy)
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=training.workers,
-        help="worker processes (multi_worker_mirrored, parameter_server)",
-    )
-    parser.add_argument(
-        "--ps", type=int, default=training.ps, help="parameter servers (parameter_server)"
-    )
-    parser.add_argument(
-        "--shard_policy",
-        choices=config_lib.SHARD_POLICIES,
-        default=training.shard_policy,
-        help="per-worker input sharding (auto: FILE when enough files)",
-    )
-    parser.add_argument(
-        "--checkpoint_every_steps",
-        type=int,
-        default=training.checkpoint_every_steps,
-        help="BackupAndRestore every N steps (0: every epoch)",
-    )
-    parser.add_argument(
-        "--max_restarts",
-        type=int,
-        default=training.max_restarts,
-        help="restarts of a failed local training cluster",
-    )
-    parser.add_argument("--mixed_precision", choices=config_lib.MIXED_PRECISION, default=None)
-    parser.add_argument("--xla", action="store_true", help="XLA-compile the train step")
-    parser.add_argument(
-        "--cpu_devices",
-        type=int,
-        default=training.cpu_devices,
-        help="split the CPU into N logical devices (mirrored without GPUs)",
-    )
-    parser.add_argument("--epochs", type=int, default=training.epochs)
-    parser.add_argument(
-        "--train_steps",
-        type=int,
-        default=None,
-        help="train exactly this many steps instead of --epochs",
-    )
-    parser.add_argument("--eval_steps", type=int, default=None)
-    parser.add_argument(
-        "--batch_size",
-        type=int,
-        default=training.per_replica_batch_size,
-        help="per-replica batch size (global = this x replicas)",
-    )
-    parser.add_argument(
-        "--learning_rate",
-        type=float,
-        default=None,
-        help=f"default: {training.learning_rate} (tabular), {config_lib.IMAGE_LEARNING_RATE} "
-        "(images)",
-    )
-    parser.add_argument(
-        "--accuracy_threshold",
-        type=float,
-        default=defaults["accuracy_threshold"].default,
-        help="Evaluator blesses the model only at or above this accuracy",
-    )
     parser.add_argument("--no_cache", action="store_true", help="re-run every component")
     parser.add_argument(
         "--mysql_host",
@@ -184,76 +73,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mysql_port", type=int, default=3306)
     parser.add_argument("--mysql_database", default="metadb")
     args = parser.parse_args(argv)
-    if (args.data is None) != (args.label is None):
-        parser.error("--data and --label go together (the label column of your CSV files)")
-    if args.images is not None and args.data is not None:
-        parser.error("--images and --data are exclusive (image folders or CSV files)")
-    if args.dataset != datasets.PENGUINS and (args.images or args.data):
-        parser.error(f"--dataset {args.dataset} is an embedded dataset; drop --data/--images")
+    try:
+        args.dataset_choice = flags.dataset_choice(args)
+    except config_lib.ConfigError as error:
+        parser.error(str(error))
     return args
 
 
-def choose_beam(
-    mode: str,
-    workers: int | None,
-    input_bytes: int,
-    extra_args: list[str],
-    images: bool = False,
-) -> config_lib.BeamConfig:
-    """auto: in-process for small CSV input and for images, else one worker process per core.
-
-    Images stay in-process: the image ExampleGen reads and decodes on threads and Transform's
-    decode and resize run in TensorFlow's thread pool, so one process already keeps both cores
-    busy, and worker processes only add start-up and data transfer (20,000 JPEGs: ExampleGen
-    19 s in-process vs 41 s with two workers, Transform 70 s vs 84 s, measured)."""
-    cores = os.cpu_count() or 1
-    if mode == "auto":
-        small = input_bytes < IN_MEMORY_LIMIT_BYTES
-        mode = "in_memory" if small or images or cores == 1 else "multi_processing"
-    return config_lib.BeamConfig(
-        mode=mode,
-        num_workers=workers or (cores if mode == "multi_processing" else 1),
-        extra_args=tuple(extra_args),
-    )
-
-
 def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, dict]:
-    if args.images is not None:
-        dataset = datasets.user_images(args.images, args.image_size, schema_path=args.schema)
-    elif args.dataset == datasets.DIGITS:
-        dataset = datasets.digits(args.output_root, args.image_size)
-    elif args.data is None:
-        dataset = datasets.penguins()
-    else:
-        dataset = datasets.user_csv(args.data, args.label, schema_path=args.schema)
-    if args.schema and args.data is None and args.images is None:
-        dataset = dataclasses.replace(dataset, schema_path=os.path.abspath(args.schema))
+    dataset = datasets.local_dataset(args.dataset_choice, args.output_root)
     facts = (preflight.check_images if dataset.is_images else preflight.check_dataset)(dataset)
     dataset = dataclasses.replace(dataset, column_types=tuple(facts["column_types"].items()))
     config = config_lib.local_config(
         dataset=dataset,
         output_root=args.output_root,
         pipeline_name=args.pipeline_name,
-        training=config_lib.TrainingConfig(
-            strategy=args.strategy,
-            epochs=args.epochs,
-            train_steps=args.train_steps,
-            eval_steps=args.eval_steps,
-            per_replica_batch_size=args.batch_size,
-            learning_rate=config_lib.learning_rate_for(dataset, args.learning_rate),
-            image_model=args.image_model,
-            workers=args.workers,
-            ps=args.ps,
-            shard_policy=args.shard_policy,
-            checkpoint_every_steps=args.checkpoint_every_steps,
-            max_restarts=args.max_restarts,
-            mixed_precision=args.mixed_precision,
-            xla=args.xla,
-            cpu_devices=args.cpu_devices,
-        ),
+        training=flags.training_config(args, dataset),
         beam=beam_runners.beam_config(
             args,
-            choose_beam(
+            local.choose_beam(
                 args.beam_mode,
                 args.beam_workers,
                 facts["total_bytes"],
@@ -355,15 +193,6 @@ def describe_training(training: config_lib.TrainingConfig) -> str:
     return training.strategy
 
 
-def run_dag(tfx_pipeline) -> None:
-    """Runs the pipeline with TFX's LocalDagRunner, without TFX's sdist for the DirectRunner
-    (beam_runners.no_tfx_sdist_for_direct_runner)."""
-    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-
-    with beam_runners.no_tfx_sdist_for_direct_runner():
-        LocalDagRunner().run(tfx_pipeline)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -401,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     guard.watch(reporter)  # Ctrl-C: what finished, how to resume, exit 130
     started = time.monotonic()
     try:
-        run_dag(tfx_pipeline)
+        local.run_dag(tfx_pipeline)
     except Exception as error:  # report any component failure in one clear block
         logging.exception("pipeline failed")
         failed = reporter.last_component or "the pipeline"

@@ -1,4 +1,4 @@
-"""What a finished local run produced, read back from ML Metadata (through inspect_mlmd's
+"""What a finished local run produced, read back from ML Metadata (through mlmd_read, the
 reader): per-component executions, eval metrics, blessing, pushed model, inferred schema."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from pipeline import inspect_mlmd
+from pipeline import mlmd_read
 
 
 @dataclasses.dataclass
@@ -27,9 +27,9 @@ class RunSummary:
 
 
 def summarize(source, components: list[dict], location: str) -> RunSummary:
-    """source: see inspect_mlmd.open_store; components: the progress records (component id,
+    """source: see mlmd_read.open_store; components: the progress records (component id,
     status, execution id) of this run; location: where the store is, for the user."""
-    db = inspect_mlmd.Store(inspect_mlmd.open_store(source))
+    db = mlmd_read.Store(mlmd_read.open_store(source))
     outputs = {
         c["component"]: db.outputs_by_type(c["execution_id"])
         for c in components
@@ -37,18 +37,18 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     }
     metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
     for evaluation in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
-        metrics = inspect_mlmd.overall_metrics(evaluation.uri)
+        metrics = mlmd_read.overall_metrics(evaluation.uri)
     for blessing in outputs.get("Evaluator", {}).get("ModelBlessing", []):
-        blessed = inspect_mlmd.custom_value(blessing, "blessed") == 1
+        blessed = mlmd_read.custom_value(blessing, "blessed") == 1
     for pushed in outputs.get("Pusher", {}).get("PushedModel", []):
-        if inspect_mlmd.custom_value(pushed, "pushed") == 1:
-            pushed_model = inspect_mlmd.custom_value(pushed, "pushed_destination")
+        if mlmd_read.custom_value(pushed, "pushed") == 1:
+            pushed_model = mlmd_read.custom_value(pushed, "pushed_destination")
     for examples in outputs.get("CsvExampleGen", {}).get("Examples", []):
-        counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts") or "{}")
-        rejected = inspect_mlmd.custom_value(examples, "num_rows_rejected")
+        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
+        rejected = mlmd_read.custom_value(examples, "num_rows_rejected")
     for examples in outputs.get("ImageExampleGen", {}).get("Examples", []):
-        counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts") or "{}")
-        rejected = inspect_mlmd.custom_value(examples, "num_files_rejected")
+        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
+        rejected = mlmd_read.custom_value(examples, "num_files_rejected")
     for schema in outputs.get("SchemaGen", {}).get("Schema", []):
         schema_uri = os.path.join(schema.uri, "schema.pbtxt")
     return RunSummary(

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from pipeline import datasets, inspect_mlmd
+from pipeline import datasets, mlmd_read
 from tests.test_e2e_local import explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -96,8 +96,8 @@ def good_run(tmp_path_factory, penguins_csv):
 
 
 def _trainer_executions(root) -> int:
-    store = inspect_mlmd.Store(
-        inspect_mlmd.open_store(str(root / "out" / "penguins_data-pipeline" / "metadata.sqlite"))
+    store = mlmd_read.Store(
+        mlmd_read.open_store(str(root / "out" / "penguins_data-pipeline" / "metadata.sqlite"))
     )
     return sum(
         1

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from components.image_example_gen import reader
-from pipeline import image_data, inspect_mlmd
+from components.tfx_components.image_example_gen import reader
+from pipeline import image_data, mlmd_read
 from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -46,23 +46,23 @@ def digits_run(tmp_path_factory):
 
 
 def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):
-    store = inspect_mlmd.Store(inspect_mlmd.open_store(digits_run["metadata"]))
+    store = mlmd_read.Store(mlmd_read.open_store(digits_run["metadata"]))
     (run,) = store.node_states_by_run().values()
     assert sorted(run) == sorted(COMPONENTS)
     assert all(state == "COMPLETE" for state in run.values()), run
     executions = {store.node_of(e): e.id for e in store.executions(store.run(None))}
     (examples,) = store.outputs_by_type(executions["ImageExampleGen"])["Examples"]
-    assert inspect_mlmd.custom_value(examples, "num_files_found") == image_data.DIGITS_COUNT
-    assert inspect_mlmd.custom_value(examples, "num_files_rejected") == 0
-    counts = json.loads(inspect_mlmd.custom_value(examples, "split_example_counts"))
+    assert mlmd_read.custom_value(examples, "num_files_found") == image_data.DIGITS_COUNT
+    assert mlmd_read.custom_value(examples, "num_files_rejected") == 0
+    counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts"))
     assert sum(counts.values()) == image_data.DIGITS_COUNT
-    vocabulary = json.loads(inspect_mlmd.custom_value(examples, "label_vocabulary"))
+    vocabulary = json.loads(mlmd_read.custom_value(examples, "label_vocabulary"))
     assert vocabulary == [str(digit) for digit in range(10)]
     outputs = store.outputs_by_type(executions["Evaluator"])
     (blessing,) = outputs["ModelBlessing"]
-    assert inspect_mlmd.custom_value(blessing, "blessed") == 1
+    assert mlmd_read.custom_value(blessing, "blessed") == 1
     (evaluation,) = outputs["ModelEvaluation"]
-    accuracy = inspect_mlmd.overall_metrics(evaluation.uri)["sparse_categorical_accuracy"]
+    accuracy = mlmd_read.overall_metrics(evaluation.uri)["sparse_categorical_accuracy"]
     assert accuracy >= 0.9
     stdout = digits_run["result"].stdout
     assert "1797 image file(s) in 10 class folder(s)" in stdout

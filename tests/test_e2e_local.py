@@ -11,8 +11,8 @@ import sys
 import pytest
 import tensorflow as tf
 
-from components import features
-from pipeline import inspect_mlmd
+from components.ml import features
+from pipeline import inspect_mlmd, mlmd_read
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -62,8 +62,8 @@ def penguin_runs(tmp_path_factory):
 
 
 def test_every_component_executed_then_rerun_is_fully_cached(penguin_runs):
-    store = inspect_mlmd.open_store(penguin_runs["metadata"])
-    runs = list(inspect_mlmd.Store(store).node_states_by_run().values())
+    store = mlmd_read.open_store(penguin_runs["metadata"])
+    runs = list(mlmd_read.Store(store).node_states_by_run().values())
     assert len(runs) == 2
     first, second = runs
     assert sorted(first) == sorted(COMPONENTS)
@@ -88,18 +88,18 @@ def test_progress_lines_and_summary(penguin_runs):
 
 
 def test_model_blessed_and_pushed(penguin_runs):
-    store = inspect_mlmd.open_store(penguin_runs["metadata"])
+    store = mlmd_read.open_store(penguin_runs["metadata"])
     blessings = store.get_artifacts_by_type("ModelBlessing")
     assert len(blessings) == 1
-    assert inspect_mlmd.custom_value(blessings[0], "blessed") == 1
+    assert mlmd_read.custom_value(blessings[0], "blessed") == 1
     pushed = store.get_artifacts_by_type("PushedModel")
-    assert len(pushed) == 1 and inspect_mlmd.custom_value(pushed[0], "pushed") == 1
+    assert len(pushed) == 1 and mlmd_read.custom_value(pushed[0], "pushed") == 1
     versions = os.listdir(penguin_runs["serving"])
     assert len(versions) == 1 and versions[0].isdigit()  # one versioned SavedModel
 
 
 def test_pushed_model_predicts_raw_held_out_rows(penguin_runs):
-    store = inspect_mlmd.open_store(penguin_runs["metadata"])
+    store = mlmd_read.open_store(penguin_runs["metadata"])
     [examples] = store.get_artifacts_by_type("Examples")[:1]
     eval_files = glob.glob(os.path.join(examples.uri, "Split-eval", "*.gz"))
     records = [r.numpy() for r in tf.data.TFRecordDataset(eval_files, compression_type="GZIP")]
@@ -167,8 +167,8 @@ def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):
     assert "error: ExampleValidator failed" in result.stderr
     assert "feature 'species': ENUM_TYPE_UNEXPECTED_STRING_VALUES" in result.stderr
     assert "Transform started" not in result.stdout
-    store = inspect_mlmd.open_store(str(tmp_path / "out" / "drifted-pipeline" / "metadata.sqlite"))
-    [states] = inspect_mlmd.Store(store).node_states_by_run().values()
+    store = mlmd_read.open_store(str(tmp_path / "out" / "drifted-pipeline" / "metadata.sqlite"))
+    [states] = mlmd_read.Store(store).node_states_by_run().values()
     assert states["ExampleValidator"] == "FAILED"
     assert "Transform" not in states
 
@@ -187,7 +187,7 @@ def inspect(penguin_runs, *args):
 
 
 def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
-    store = inspect_mlmd.open_store(penguin_runs["metadata"])
+    store = mlmd_read.open_store(penguin_runs["metadata"])
     runs = inspect(penguin_runs, "runs")
     raw_runs = sorted(store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
     assert [r["run"] for r in runs] == [c.name for c in raw_runs]
@@ -201,7 +201,7 @@ def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
     assert [e["component"] for e in executions] == COMPONENTS
     trainer = next(e for e in executions if e["component"] == "Trainer")
     assert trainer["state"] == "CACHED"
-    assert trainer["properties"]["run_fn"] == "components.model.run_fn"
+    assert trainer["properties"]["run_fn"] == "components.ml.model.run_fn"
     first = inspect(penguin_runs, "executions", "1")
     assert all(e["state"] == "COMPLETE" for e in first)
 
@@ -390,7 +390,7 @@ def test_pipeline_on_mysql_metadata(mariadb, tmp_path):
     connection = metadata_store_pb2.ConnectionConfig()
     connection.mysql.host, connection.mysql.port = "127.0.0.1", mariadb
     connection.mysql.database, connection.mysql.user = "mlmd_test", "root"
-    store = inspect_mlmd.open_store(connection)
-    [states] = inspect_mlmd.Store(store).node_states_by_run().values()
+    store = mlmd_read.open_store(connection)
+    [states] = mlmd_read.Store(store).node_states_by_run().values()
     assert sorted(states) == sorted(COMPONENTS)
     assert len(store.get_artifacts_by_type("PushedModel")) == 1

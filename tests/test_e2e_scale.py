@@ -1,4 +1,4 @@
-"""The whole local pipeline on generated tabular data (`python -m pipeline.datasets synth`), as a
+"""The whole local pipeline on generated tabular data (`python -m pipeline.synth_data`), as a
 user runs it with --data/--label/--schema: every row accounted for, transformed shards as
 configured, and a model that learns the synthetic label."""
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pipeline import datasets, inspect_mlmd
+from pipeline import datasets, mlmd_read, synth_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -22,7 +22,7 @@ ROWS = 5_000
 
 def test_synthetic_data_end_to_end(tmp_path):
     data_dir = tmp_path / "synth"
-    datasets.write_synth(str(data_dir), rows=ROWS, files=4, seed=1)
+    synth_data.write_synth(str(data_dir), rows=ROWS, files=4, seed=1)
     output_root = tmp_path / "out"
     result = subprocess.run(
         [
@@ -33,7 +33,7 @@ def test_synthetic_data_end_to_end(tmp_path):
             "--data",
             str(data_dir),
             "--label",
-            datasets.SYNTH_LABEL_KEY,
+            synth_data.SYNTH_LABEL_KEY,
             "--schema",
             datasets.curated_schema_path(datasets.SYNTH),
             "--train_steps",
@@ -48,9 +48,9 @@ def test_synthetic_data_end_to_end(tmp_path):
         check=False,
     )
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
-    store = inspect_mlmd.open_store(str(output_root / "synth-pipeline" / "metadata.sqlite"))
+    store = mlmd_read.open_store(str(output_root / "synth-pipeline" / "metadata.sqlite"))
     examples = [a for a in store.get_artifacts_by_type("Examples") if "CsvExampleGen" in a.uri]
-    counts = json.loads(inspect_mlmd.custom_value(examples[0], "split_example_counts"))
+    counts = json.loads(mlmd_read.custom_value(examples[0], "split_example_counts"))
     assert sum(counts.values()) == ROWS
     transformed = [a for a in store.get_artifacts_by_type("Examples") if "Transform" in a.uri]
     shards = glob.glob(os.path.join(transformed[0].uri, "Split-train", "*.gz"))

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from components import cluster, training
-from pipeline import inspect_mlmd
+from components.training import cluster
+from components.training import loop as training
+from pipeline import mlmd_read
 from tests.test_e2e_local import explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -30,14 +31,12 @@ def base_run(tmp_path_factory):
 
 
 def latest_outputs(output_root: str, component: str) -> dict:
-    store = inspect_mlmd.open_store(
-        os.path.join(output_root, "penguins-pipeline", "metadata.sqlite")
-    )
-    runs = inspect_mlmd.Store(store).node_states_by_run()
+    store = mlmd_read.open_store(os.path.join(output_root, "penguins-pipeline", "metadata.sqlite"))
+    runs = mlmd_read.Store(store).node_states_by_run()
     node_context = store.get_context_by_type_and_name("node", f"penguins-pipeline.{component}")
     executions = [e for e in store.get_executions_by_context(node_context.id)]
     latest = max(executions, key=lambda e: e.id)
-    return {"runs": runs, "outputs": inspect_mlmd.Store(store).outputs_by_type(latest.id)}
+    return {"runs": runs, "outputs": mlmd_read.Store(store).outputs_by_type(latest.id)}
 
 
 def eval_accuracy(stdout: str) -> float:

@@ -12,7 +12,7 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
-from components import features, preprocessing
+from components.ml import features, preprocessing
 from pipeline import preflight
 
 NUMERIC = {
@@ -111,7 +111,7 @@ def image_transform_run(tmp_path_factory):
     import numpy as np
     import tensorflow as tf
 
-    from components import image_preprocessing
+    from components.ml import image_preprocessing
 
     out = tmp_path_factory.mktemp("image_transform")
     rng = np.random.default_rng(0)

@@ -12,7 +12,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 from tfx.utils import proto_utils
 
-from components.example_gen import executor
+from components.tfx_components.example_gen import executor
 
 
 def serialize(instance: dict) -> bytes:

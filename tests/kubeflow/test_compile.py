@@ -11,10 +11,12 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from components.training.settings import TFJobConfig
 from kubeflow import compile as compiler
 from kubeflow import run_kubeflow
-from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES, TFJobConfig
+from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES
 from pipeline import config as config_lib
+from pipeline import flags
 
 IMAGE = "registry.example.com/tfx-scaleout:1.0"
 GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu:1.0"
@@ -29,9 +31,9 @@ COMPONENTS = (
     "baseline_model_resolver-model-resolver",
 )
 EXECUTORS = {
-    "CsvExampleGen": "components.example_gen.executor.Executor",
-    "Transform": "components.transform.executor.Executor",
-    "ExampleValidator": "components.validation.executor.Executor",
+    "CsvExampleGen": "components.tfx_components.example_gen.executor.Executor",
+    "Transform": "components.tfx_components.transform.executor.Executor",
+    "ExampleValidator": "components.tfx_components.validation.executor.Executor",
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
 }
 
@@ -154,7 +156,7 @@ def test_trainer_requests_gpus_on_the_gpu_pool(flink_gpu):
     }
     config = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
     assert config["strategy"] == "mirrored" and config["epochs"] == 3
-    assert "launcher" not in config  # trains in its own pod
+    assert config["launcher"] == {"kind": "local"}  # trains in its own pod
 
 
 def test_beam_components_get_the_flink_args(flink_gpu):
@@ -188,8 +190,8 @@ def test_multi_worker_training_goes_to_a_tfjob(tfjob_dataflow):
     assert platform is None
     config = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
     assert (config["strategy"], config["workers"], config["ps"]) == ("parameter_server", 4, 2)
-    assert config["launcher"] == "tfjob"
-    settings = TFJobConfig.from_dict(config["tfjob"])
+    assert config["launcher"]["kind"] == "tfjob"
+    settings = TFJobConfig.from_dict(config["launcher"])
     settings.validate()
     assert (settings.image, settings.namespace) == (GPU_IMAGE, "ml")
     assert (settings.worker.gpus, settings.chief.gpus, settings.ps.gpus) == (1, 1, 0)
@@ -254,7 +256,11 @@ def test_bad_flags_fail_before_compiling(capsys, tmp_path, flags, message):
 
 
 def test_user_csv_with_curated_schema_reads_columns_in_schema_order(tmp_path):
-    dataset = compiler.kubeflow_dataset("gs://bucket/penguins/", "species", "penguins", None)
+    dataset = compiler.kubeflow_dataset(
+        flags.DatasetChoice(
+            "csv", location="gs://bucket/penguins/", label="species", name="penguins"
+        )
+    )
     assert dataset.data_root == "gs://bucket/penguins/"
     assert dataset.schema_path == f"{IMAGE_PROJECT_DIR}/schemas/penguins/schema.pbtxt"
     assert dict(dataset.column_types)["body_mass_g"] == "int"
@@ -287,7 +293,7 @@ def test_digits_compiles_the_image_pipeline_reading_the_folders_in_the_image(dig
     args = list(_container(spec, "ImageExampleGen").args)
     assert (
         args[args.index("--executor_class_path") + 1]
-        == "components.image_example_gen.executor.Executor"
+        == "components.tfx_components.image_example_gen.executor.Executor"
     )
     assert _container(spec, "ImageExampleGen").image == IMAGE
     parameter = spec.root.input_definitions.parameters["data_root"]

@@ -18,7 +18,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import yaml
 
-from components import features
+from components.ml import features
 from kubeflow import run_kubeflow
 from pipeline import datasets, image_data
 

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 from apache_beam.options import pipeline_options as beam_options
 
-from pipeline import beam_runners, run_local
+from pipeline import beam_runners, local, run_local
 from pipeline.config import BeamConfig, ConfigError
 
 IMAGE = "registry.example.com/tfx-scaleout:1.0"
@@ -190,7 +190,7 @@ def test_run_local_flags_reach_the_config(capsys, tmp_path):
     args = run_local.parse_args(
         ["--beam_runner=spark", "--beam_job_endpoint=js:8099", "--beam_environment_type=LOOPBACK"]
     )
-    config = beam_runners.beam_config(args, run_local.choose_beam("auto", None, 10, []))
+    config = beam_runners.beam_config(args, local.choose_beam("auto", None, 10, []))
     assert config.pipeline_args() == [
         "--runner=SparkRunner",
         "--job_endpoint=js:8099",
@@ -214,27 +214,3 @@ def test_run_local_refuses_dataflow_with_the_way_to_use_it(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "beam.runner dataflow reads and writes gs:// only" in err
     assert "kubeflow/run_kubeflow.py compile --beam_runner dataflow" in err
-
-
-def test_tfx_packages_itself_only_for_runners_off_this_machine(monkeypatch):
-    from tfx.dsl.components.base import base_beam_executor
-    from tfx.utils import dependency_utils
-
-    built = []
-
-    def stock(args):
-        built.append(list(args))
-        return [*args, "--extra_package=tfx_ephemeral.tar.gz"]
-
-    monkeypatch.setattr(dependency_utils, "make_beam_dependency_flags", stock)
-    direct = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
-    flink = ["--runner=FlinkRunner", "--flink_master=localhost:8081"]
-    with beam_runners.no_tfx_sdist_for_direct_runner():
-        # What every TFX Beam executor calls in its constructor.
-        assert base_beam_executor.dependency_utils.make_beam_dependency_flags(direct) == direct
-        assert dependency_utils.make_beam_dependency_flags([]) == []
-        flink_args = dependency_utils.make_beam_dependency_flags(flink)
-    assert flink_args == [*flink, "--extra_package=tfx_ephemeral.tar.gz"]
-    assert built == [flink]
-    # Outside the context TFX's own behaviour is back.
-    assert dependency_utils.make_beam_dependency_flags(direct)[-1].startswith("--extra_package")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tfx.types import channel, standard_artifacts
 
-from components.transform import executor as transform_executor
+from components.tfx_components.transform import executor as transform_executor
 from pipeline import builder
 
 

@@ -23,7 +23,7 @@ from google.protobuf import struct_pb2
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2, metadata_store_service_pb2
 
-from pipeline import inspect_mlmd
+from pipeline import inspect_mlmd, mlmd_read
 
 PIPELINE = "penguin-kfp"
 RUN_1 = "0b6e5a52-6c1e-4d07-9a53-1d0c5f3a1e01"
@@ -75,9 +75,9 @@ class KfpRecorder:
 
     def start_run(self, pipeline_name: str, run_id: str, parameters: dict) -> dict:
         """Root DAG driver: pipeline and run contexts, the run's DAG execution."""
-        pipeline = self._context(inspect_mlmd.KFP_PIPELINE_CONTEXT, pipeline_name, {})
+        pipeline = self._context(mlmd_read.KFP_PIPELINE_CONTEXT, pipeline_name, {})
         run = self._context(
-            inspect_mlmd.KFP_RUN_CONTEXT,
+            mlmd_read.KFP_RUN_CONTEXT,
             run_id,
             {
                 "namespace": "kubeflow-user",
@@ -90,7 +90,7 @@ class KfpRecorder:
             [metadata_store_pb2.ParentContext(child_id=run.id, parent_id=pipeline.id)]
         )
         dag_type = self.store.put_execution_type(
-            metadata_store_pb2.ExecutionType(name=inspect_mlmd.KFP_DAG_EXECUTION)
+            metadata_store_pb2.ExecutionType(name=mlmd_read.KFP_DAG_EXECUTION)
         )
         dag = metadata_store_pb2.Execution(
             type_id=dag_type,
@@ -229,10 +229,10 @@ def inspect_json(capsys, store_path, *args):
 
 
 def test_detects_the_kubeflow_schema(kfp_store):
-    db = inspect_mlmd.Store(inspect_mlmd.open_store(kfp_store["path"]))
-    assert db.schema == inspect_mlmd.KFP_SCHEMA
+    db = mlmd_read.Store(mlmd_read.open_store(kfp_store["path"]))
+    assert db.schema == mlmd_read.KFP_SCHEMA
     assert [r.name for r in db.runs()] == [RUN_1, RUN_2, OTHER_RUN]
-    only_ours = inspect_mlmd.Store(db.store, pipeline=PIPELINE)
+    only_ours = mlmd_read.Store(db.store, pipeline=PIPELINE)
     assert only_ours.node_states_by_run() == {
         RUN_1: {"CsvExampleGen": "COMPLETE", "StatisticsGen": "COMPLETE"},
         RUN_2: {"CsvExampleGen": "COMPLETE", "StatisticsGen": "FAILED"},
@@ -240,9 +240,9 @@ def test_detects_the_kubeflow_schema(kfp_store):
     example_gen = kfp_store["first"]["executions"][0]
     by_type = only_ours.outputs_by_type(example_gen)
     assert list(by_type) == ["Examples"]
-    assert inspect_mlmd.custom_value(by_type["Examples"][0], "display_name") == "examples"
+    assert mlmd_read.custom_value(by_type["Examples"][0], "display_name") == "examples"
     # Forcing TFX's own layout on a Kubeflow store finds none of its runs.
-    assert inspect_mlmd.Store(db.store, schema=inspect_mlmd.TFX_SCHEMA).runs() == []
+    assert mlmd_read.Store(db.store, schema=mlmd_read.TFX_SCHEMA).runs() == []
 
 
 def test_runs(capsys, kfp_store):
@@ -429,8 +429,8 @@ def test_same_output_through_grpc(capsys, kfp_store):
                 capsys, "--metadata", kfp_store["path"], "--pipeline", PIPELINE, *command
             )
             assert through_grpc == from_file
-        store = inspect_mlmd.open_store(inspect_mlmd.grpc_config("127.0.0.1", port))
-        assert inspect_mlmd.Store(store).schema == inspect_mlmd.KFP_SCHEMA
+        store = mlmd_read.open_store(mlmd_read.grpc_config("127.0.0.1", port))
+        assert mlmd_read.Store(store).schema == mlmd_read.KFP_SCHEMA
     finally:
         server.stop(grace=None)
 

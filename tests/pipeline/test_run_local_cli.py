@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import run_local
+from pipeline import local, run_local
 
 
 def test_data_without_label_is_a_usage_error(capsys, tmp_path):
@@ -49,15 +49,15 @@ def test_out_of_range_value_names_the_field(capsys, tmp_path):
 
 
 def test_beam_mode_auto_choice():
-    small = run_local.choose_beam("auto", None, 1_000, [])
+    small = local.choose_beam("auto", None, 1_000, [])
     assert (small.mode, small.num_workers) == ("in_memory", 1)
-    big = run_local.choose_beam("auto", None, run_local.IN_MEMORY_LIMIT_BYTES, [])
+    big = local.choose_beam("auto", None, local.IN_MEMORY_LIMIT_BYTES, [])
     assert big.mode == (
         "multi_processing" if (__import__("os").cpu_count() or 1) > 1 else "in_memory"
     )
-    images = run_local.choose_beam("auto", None, 10 * run_local.IN_MEMORY_LIMIT_BYTES, [], True)
+    images = local.choose_beam("auto", None, 10 * local.IN_MEMORY_LIMIT_BYTES, [], True)
     assert (images.mode, images.num_workers) == ("in_memory", 1)
-    forced = run_local.choose_beam("multi_processing", 3, 10, ["--x=1"])
+    forced = local.choose_beam("multi_processing", 3, 10, ["--x=1"])
     assert (forced.mode, forced.num_workers, forced.extra_args) == (
         "multi_processing",
         3,

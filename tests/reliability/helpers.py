@@ -11,7 +11,7 @@ import time
 
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from pipeline import inspect_mlmd
+from pipeline import mlmd_read
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_LOCAL = os.path.join(PROJECT_ROOT, "pipeline", "run_local.py")
@@ -98,7 +98,7 @@ def store_is_consistent(metadata_path: str) -> list[str]:
         [(integrity,)] = connection.execute("PRAGMA integrity_check").fetchall()
     if integrity != "ok":
         problems.append(f"integrity_check: {integrity}")
-    store = inspect_mlmd.open_store(metadata_path)
+    store = mlmd_read.open_store(metadata_path)
     executions = {e.id: e for e in store.get_executions()}
     artifacts = {a.id: a for a in store.get_artifacts()}
     events = store.get_events_by_execution_ids(list(executions))
@@ -126,5 +126,5 @@ def store_is_consistent(metadata_path: str) -> list[str]:
 
 
 def node_states(metadata_path: str) -> list[dict[str, str]]:
-    store = inspect_mlmd.open_store(metadata_path)
-    return list(inspect_mlmd.Store(store).node_states_by_run().values())
+    store = mlmd_read.open_store(metadata_path)
+    return list(mlmd_read.Store(store).node_states_by_run().values())

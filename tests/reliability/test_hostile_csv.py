@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from components.example_gen import csv_reader
+from components.tfx_components.example_gen import csv_reader
 from pipeline import preflight
 from pipeline.config import DatasetConfig
 

@@ -1,0 +1,134 @@
+"""Every use of TFX, tfx-bsl or Beam internals, in one place, checked against the installed stack.
+
+The project changes a few things TFX 1.16 offers no hook for (how Transform writes and reads its
+data, TFX's sdist for local Beam runs). Each such reach into a private name or module attribute
+lives here, so that a TFX or Beam upgrade has one file to review. Importing this module checks
+the installed versions against the ones these patches were written and tested for, and fails
+with a message naming the package, both versions and what to do, instead of misbehaving later
+inside a component.
+
+Heavy modules (TFX's Transform executor, Beam's options) are imported by the functions that need
+them, not at import time: the version check itself reads package metadata only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from typing import Any
+from unittest import mock
+
+# The distributions whose internals are used here, and the versions this file was written for
+# (requirements.lock pins the same).
+WRITTEN_FOR = {
+    "tfx": "1.16.0",
+    "tfx-bsl": "1.16.1",
+    "tensorflow-transform": "1.16.0",
+    "apache-beam": "2.59.0",
+}
+
+
+class CompatError(ImportError):
+    """The installed stack is not the one the patches in this module were written for."""
+
+
+def check_versions(installed: Callable[[str], str] = metadata.version) -> None:
+    """Raises CompatError when a package in WRITTEN_FOR is missing or at another version."""
+    wrong = []
+    for name, expected in WRITTEN_FOR.items():
+        try:
+            version = installed(name)
+        except metadata.PackageNotFoundError:
+            version = "not installed"
+        if version != expected:
+            wrong.append(f"{name} {version} (written for {expected})")
+    if wrong:
+        raise CompatError(
+            "components.compat patches TFX and Beam internals for a pinned stack, and the "
+            f"installed one differs: {'; '.join(wrong)}. Install the tested set with "
+            "`bash setup.sh` (requirements.lock); to move to a new stack, review and update "
+            "components/compat.py and its WRITTEN_FOR first."
+        )
+
+
+check_versions()
+
+
+# --- Transform ------------------------------------------------------------------------------
+# TFX's Transform executor builds its TransformProcessor by name inside Do(), with no hook to
+# replace it, and drops a private passthrough-key column only in its own writer.
+
+
+def transform_passthrough_key_column() -> str:
+    """The internal key column TFX's Transform adds to RecordBatches when passthrough keys are
+    configured; a writer of transformed examples must drop it."""
+    from tfx.components.transform import executor as tfx_transform_executor
+
+    return tfx_transform_executor._TRANSFORM_INTERNAL_FEATURE_FOR_KEY  # noqa: SLF001
+
+
+def stock_transform_processor() -> type:
+    """TFX's TransformProcessor class (to subclass), as it is before any swap."""
+    from tfx.components.transform import executor as tfx_transform_executor
+
+    return _STOCK.setdefault("TransformProcessor", tfx_transform_executor.TransformProcessor)
+
+
+_STOCK: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def transform_processor(factory: Callable[[], Any]) -> Iterator[None]:
+    """While active, TFX's Transform executor builds its processor with `factory`."""
+    from tfx.components.transform import executor as tfx_transform_executor
+
+    stock_transform_processor()  # remembered before the module attribute changes
+    with mock.patch.object(tfx_transform_executor, "TransformProcessor", factory):
+        yield
+
+
+def tfexample_record_parts(tfxio) -> tuple[Any, Any]:
+    """(file pattern, schema) of a tfx_bsl TFExampleRecord, which keeps both private."""
+    return tfxio._file_pattern, tfxio._schema  # noqa: SLF001
+
+
+def tfexample_record_decoding_schema(tfxio):
+    """The schema a tfx_bsl TFExampleRecord decodes with (its projection applied)."""
+    return tfxio._GetSchemaForDecoding()  # noqa: SLF001
+
+
+# --- Beam dependencies of TFX's Beam executors ----------------------------------------------
+
+# Runner names that run Beam on this machine, in this Python environment.
+_LOCAL_RUNNERS = frozenset({"DirectRunner", "direct", "SwitchingDirectRunner"})
+
+
+def _runs_locally(beam_pipeline_args: list[str]) -> bool:
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    runner = PipelineOptions(flags=beam_pipeline_args).view_as(StandardOptions).runner
+    return runner is None or runner in _LOCAL_RUNNERS
+
+
+@contextlib.contextmanager
+def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
+    """While active, TFX's Beam executors skip packaging TFX when Beam runs on this machine.
+
+    With no --extra_package, --setup_file or container image in the Beam args, every TFX Beam
+    executor (ExampleGen, StatisticsGen, Transform, Evaluator) copies TFX's whole installation
+    into a temporary directory and runs `setup.py sdist` on it, about 2 s per component, so
+    that remote workers can install TFX. The DirectRunner's workers are this process or its
+    children in the same environment and never install it; other runners are left as TFX
+    handles them."""
+    from tfx.utils import dependency_utils
+
+    stock = dependency_utils.make_beam_dependency_flags
+
+    def dependency_flags(beam_pipeline_args):
+        if _runs_locally(beam_pipeline_args):
+            return beam_pipeline_args
+        return stock(beam_pipeline_args)
+
+    with mock.patch.object(dependency_utils, "make_beam_dependency_flags", dependency_flags):
+        yield

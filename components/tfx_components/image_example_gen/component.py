@@ -1,0 +1,66 @@
+"""ImageExampleGen: a TFX ExampleGen component for folders of images, one sub-folder per class.
+
+Spec = TFX's FileBasedExampleGenSpec plus typed parameters for sharding and file accounting;
+driver = TFX's FileBasedDriver (its input fingerprint covers every file matched by the pattern
+'*/*', so an unchanged image folder is a cache hit); executor = image_example_gen.executor.
+"""
+
+from __future__ import annotations
+
+from tfx.components.example_gen import driver
+from tfx.dsl.components.base import base_beam_component, executor_spec
+from tfx.proto import example_gen_pb2
+from tfx.types import channel, standard_artifacts, standard_component_specs
+from tfx.types.component_spec import ExecutionParameter
+
+from components.tfx_components.image_example_gen import executor
+
+# Files in the class folders (what the driver fingerprints).
+CLASS_FOLDER_PATTERN = "*/*"
+
+
+class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
+    PARAMETERS = {
+        **standard_component_specs.FileBasedExampleGenSpec.PARAMETERS,
+        executor.NUM_SHARDS_KEY: ExecutionParameter(type=int),
+        executor.MAX_REJECTED_FRACTION_KEY: ExecutionParameter(type=float),
+    }
+
+
+class ImageExampleGen(base_beam_component.BaseBeamComponent):
+    """<input_base>/<class>/*.{jpg,jpeg,png} -> hash-split, N-shard gzip TFRecords."""
+
+    SPEC_CLASS = ImageExampleGenSpec
+    DRIVER_CLASS = driver.FileBasedDriver
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
+
+    def __init__(
+        self,
+        *,
+        input_base: str,
+        split_buckets: dict[str, int],
+        num_shards: int,
+        max_rejected_fraction: float = 0.0,
+    ):
+        spec = ImageExampleGenSpec(
+            input_base=input_base,
+            input_config=example_gen_pb2.Input(
+                splits=[
+                    example_gen_pb2.Input.Split(name="single_split", pattern=CLASS_FOLDER_PATTERN)
+                ]
+            ),
+            output_config=example_gen_pb2.Output(
+                split_config=example_gen_pb2.SplitConfig(
+                    splits=[
+                        example_gen_pb2.SplitConfig.Split(name=name, hash_buckets=buckets)
+                        for name, buckets in split_buckets.items()
+                    ]
+                )
+            ),
+            output_data_format=example_gen_pb2.FORMAT_TF_EXAMPLE,
+            output_file_format=example_gen_pb2.FORMAT_TFRECORDS_GZIP,
+            num_shards=num_shards,
+            max_rejected_fraction=float(max_rejected_fraction),
+            examples=channel.Channel(type=standard_artifacts.Examples),
+        )
+        super().__init__(spec=spec)

@@ -1,0 +1,358 @@
+"""The training function every task runs, in the Trainer's process or in a cluster task process.
+
+A TrainTask is the whole, JSON-serializable description of a training job (files, model and
+strategy settings). The TFX Trainer's run_fn builds it; single-worker strategies train in the
+Trainer's own process, multi-worker ones hand it to a cluster launcher that starts one process
+per task (locally, or a pod per task on Kubernetes) and each of them calls train(task).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging as std_logging
+import math
+import os
+import shutil
+import tempfile
+import time
+
+import tensorflow as tf
+import tensorflow_transform as tft
+from absl import logging
+
+from components import PROGRESS_LOGGER
+from components.ml import export, inputs, model
+from components.training import settings as settings_lib
+from components.training import strategies
+from components.training.settings import TrainingConfig
+
+keras = tf.keras
+# The local runner prints records of this logger as progress lines (pipeline/progress.py).
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
+
+# Transformed training shards up to this size (compressed) are cached in memory after the first
+# epoch; larger ones are streamed from disk every epoch.
+CACHE_RECORDS_BELOW_BYTES = 256 * 1024 * 1024
+# Written by the chief into the model run directory: final metrics, replicas, first epoch.
+RESULT_FILE = "training_result.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainTask:
+    """One training job: where its data and outputs are, and how to train (the settings)."""
+
+    train_files: list[str]
+    eval_files: list[str]
+    transform_output: str
+    serving_model_dir: str
+    model_run_dir: str
+    label_key: str
+    settings: TrainingConfig = TrainingConfig()
+
+    @property
+    def backup_dir(self) -> str:
+        return os.path.join(self.model_run_dir, "backup")
+
+    def save(self, path: str) -> None:
+        with tf.io.gfile.GFile(path, "w") as handle:
+            handle.write(settings_lib.dumps(self))
+
+    @classmethod
+    def load(cls, path: str) -> TrainTask:
+        with tf.io.gfile.GFile(path) as handle:
+            return settings_lib.from_dict(cls, json.loads(handle.read()))
+
+    @classmethod
+    def from_transform_output(
+        cls,
+        examples_uri: str,
+        transform_graph: str,
+        run_dir: str,
+        label_key: str,
+        settings: TrainingConfig = TrainingConfig(),
+    ) -> TrainTask:
+        """A task over a Transform run's outputs (its train/eval shards and transform graph),
+        writing under run_dir: for running training outside the pipeline (tests, benchmarks)."""
+        return cls(
+            train_files=sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-train", "*"))),
+            eval_files=sorted(tf.io.gfile.glob(os.path.join(examples_uri, "Split-eval", "*"))),
+            transform_output=transform_graph,
+            serving_model_dir=os.path.join(run_dir, "serving"),
+            model_run_dir=os.path.join(run_dir, "run"),
+            label_key=label_key,
+            settings=settings,
+        )
+
+    def runs_in_process(self) -> bool:
+        """Single-worker strategies on the default devices train inside the Trainer's process;
+        anything that needs its own TensorFlow runtime (a cluster, logical CPU devices) does not."""
+        return not self.settings.needs_cluster and self.settings.cpu_devices <= 1
+
+
+class EpochProgress(keras.callbacks.Callback):
+    """At most ~10 progress lines per run: epoch, metrics, elapsed time; and where it started
+    (a run resumed by BackupAndRestore starts after epoch 0)."""
+
+    def __init__(self, epochs: int, chief: bool = True):
+        super().__init__()
+        self._epochs = epochs
+        # Other workers report the same numbers; their lines go to the log file only.
+        self._log = progress_log if chief else std_logging.getLogger("tfx_scaleout.training")
+        self._every = max(1, epochs // 10)
+        self._started = time.monotonic()
+        self.first_epoch: int | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+            self._log.info("training starts at epoch %d/%d", epoch + 1, self._epochs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        done = epoch + 1
+        if done % self._every and done != self._epochs:
+            return
+        metrics = ", ".join(f"{k} {float(v):.4f}" for k, v in sorted((logs or {}).items()))
+        self._log.info(
+            "epoch %d/%d: %s (%.1fs)", done, self._epochs, metrics, time.monotonic() - self._started
+        )
+
+
+class SteadyStateTimer(keras.callbacks.Callback):
+    """Examples/s after the first `skip` steps (tracing, warm-up and input start-up excluded)."""
+
+    def __init__(self, global_batch: int, skip: int = 20):
+        super().__init__()
+        self._global_batch = global_batch
+        self._skip = skip
+        self._seen = 0
+        self._start: float | None = None
+        self.examples_per_second: float | None = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._seen += 1
+        if self._seen == self._skip:
+            self._start = time.monotonic()
+
+    def on_train_end(self, logs=None):
+        if self._start is not None and self._seen > self._skip:
+            seconds = time.monotonic() - self._start
+            self.examples_per_second = (self._seen - self._skip) * self._global_batch / seconds
+
+
+def count_records(files: list[str]) -> int:
+    return sum(
+        int(
+            tf.data.TFRecordDataset(path, compression_type=inputs.compression_of(path))
+            .reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+            .numpy()
+        )
+        for path in files
+    )
+
+
+def shard_policy_for(task: TrainTask, num_files: int, num_workers: int):
+    """FILE when every worker gets at least one file, else DATA (each worker reads everything
+    and keeps its share); a forced FILE with too few files is an error."""
+    policy = tf.data.experimental.AutoShardPolicy
+    if task.settings.shard_policy == "data":
+        return policy.DATA
+    if task.settings.shard_policy == "file":
+        if num_files < num_workers:
+            raise ValueError(
+                f"shard_policy 'file' needs at least as many files as workers: {num_files} "
+                f"file(s) for {num_workers} worker(s); write more Transform shards "
+                "(--transform_shards) or use shard_policy 'data'"
+            )
+        return policy.FILE
+    return policy.FILE if num_files >= num_workers else policy.DATA
+
+
+def _with_shard_policy(dataset: tf.data.Dataset, shard_policy) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = shard_policy
+    return dataset.with_options(options)
+
+
+def _configure_precision(settings: TrainingConfig) -> None:
+    if settings.mixed_precision:
+        keras.mixed_precision.set_global_policy(settings.mixed_precision)
+
+
+def train(task: TrainTask) -> dict:
+    """Trains under the task's strategy; the chief exports the serving model. Returns final
+    metrics and where training started (for resumed runs)."""
+    settings = task.settings
+    # The strategy first: multi-worker strategies configure collective ops, which must happen
+    # before anything else initializes TensorFlow's runtime in this process.
+    strategy = strategies.make_strategy(settings.strategy)
+    keras.utils.set_random_seed(settings.seed)
+    _configure_precision(settings)
+    tf_transform_output = tft.TFTransformOutput(task.transform_output)
+    chief = strategies.is_chief(strategy)
+    global_batch = strategies.global_batch_size(settings.per_replica_batch_size, strategy)
+    is_ps = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    num_workers = settings.workers if settings.needs_cluster else 1
+
+    if settings.train_steps:
+        epochs, steps_per_epoch = 1, settings.train_steps
+    else:
+        num_train = count_records(task.train_files)
+        epochs, steps_per_epoch = settings.epochs, max(1, math.ceil(num_train / global_batch))
+    shard_policy = shard_policy_for(task, len(task.train_files), num_workers)
+    if num_workers > 1 and chief:
+        logging.info(
+            "Input sharding across %d worker(s): %s (%d file(s))",
+            num_workers,
+            shard_policy.name,
+            len(task.train_files),
+        )
+        progress_log.info(
+            "%d workers, input sharded by %s over %d file(s), global batch %d",
+            num_workers,
+            shard_policy.name,
+            len(task.train_files),
+            global_batch,
+        )
+
+    def make_train_dataset(files, batch_size):
+        return inputs.make_dataset(
+            files,
+            tf_transform_output,
+            task.label_key,
+            batch_size,
+            shuffle=settings.shuffle,
+            repeat=True,
+            seed=settings.seed,
+        )
+
+    if is_ps:
+        # Each worker builds its own pipeline; shard by input pipeline id.
+        def dataset_fn(input_context: tf.distribute.InputContext):
+            batch = input_context.get_per_replica_batch_size(global_batch)
+            files = task.train_files
+            pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+            if shard_policy == tf.data.experimental.AutoShardPolicy.FILE and pipelines > 1:
+                return make_train_dataset(files[index::pipelines], batch)
+            return make_train_dataset(files, batch).shard(pipelines, index)
+
+        train_data = keras.utils.experimental.DatasetCreator(dataset_fn)
+        eval_data = None  # the Evaluator component evaluates the exported model
+    else:
+        train_data = _with_shard_policy(
+            make_train_dataset(task.train_files, global_batch), shard_policy
+        )
+        eval_data = _with_shard_policy(
+            inputs.make_dataset(
+                task.eval_files,
+                tf_transform_output,
+                task.label_key,
+                global_batch,
+                shuffle=False,
+                repeat=False,
+            ),
+            shard_policy,
+        )
+
+    with strategy.scope():
+        keras_model = model.build_keras_model(
+            tf_transform_output,
+            task.label_key,
+            hidden_units=settings.hidden_units,
+            learning_rate=settings.learning_rate,
+            jit_compile=settings.xla,
+            image_model=settings.image_model,
+        )
+    progress = EpochProgress(epochs, chief)
+    # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
+    timer = None if is_ps else SteadyStateTimer(global_batch)
+    callbacks = [progress] + ([timer] if timer else [])
+    if not task.runs_in_process() and isinstance(
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    ):
+        # BackupAndRestore: a restarted worker resumes from the last backup, not from step 0.
+        # Only the cluster launcher restarts tasks within one Trainer execution (same backup
+        # directory); in the Trainer's own process a backup could never be resumed. (tf-keras
+        # supports it for these strategies only; parameter-server training tolerates worker
+        # failures by itself.)
+        callbacks.append(
+            keras.callbacks.BackupAndRestore(
+                task.backup_dir,
+                save_freq=settings.checkpoint_every_steps or "epoch",
+                delete_checkpoint=True,
+            )
+        )
+    if chief:
+        callbacks.append(
+            keras.callbacks.TensorBoard(
+                log_dir=task.model_run_dir, update_freq="epoch", profile_batch=0
+            )
+        )
+    if chief:
+        progress_log.info(
+            "%s: %d replica(s), global batch %d, %d epoch(s) x %d step(s)",
+            type(strategy).__name__,
+            strategy.num_replicas_in_sync,
+            global_batch,
+            epochs,
+            steps_per_epoch,
+        )
+    logging.info(
+        "Training with %s: global batch %d (%d replica(s)), %d epoch(s) x %d step(s)",
+        type(strategy).__name__,
+        global_batch,
+        strategy.num_replicas_in_sync,
+        epochs,
+        steps_per_epoch,
+    )
+    fit_started = time.monotonic()
+    history = keras_model.fit(
+        train_data,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        validation_data=eval_data,
+        validation_steps=settings.eval_steps,
+        # Validate once, after the last epoch: per-epoch validation under a distribution
+        # strategy re-creates the distributed eval iterator every epoch (2x the training time).
+        validation_freq=epochs,
+        callbacks=callbacks,
+        verbose=0,
+    )
+    train_seconds = time.monotonic() - fit_started
+    final = {name: float(values[-1]) for name, values in history.history.items()}
+    logging.info("Final metrics: %s", final)
+    _export(keras_model, tf_transform_output, task, chief)
+    result = {
+        "metrics": final,
+        "first_epoch": progress.first_epoch,
+        "epochs": epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "replicas": strategy.num_replicas_in_sync,
+        "global_batch": global_batch,
+        "strategy": type(strategy).__name__,
+        # Wall time of fit(), trace and validation included; steps run in this attempt.
+        "train_seconds": train_seconds,
+        "steps_run": (epochs - (progress.first_epoch or 0)) * steps_per_epoch,
+        "steady_examples_per_second": timer.examples_per_second if timer else None,
+    }
+    if chief:
+        with tf.io.gfile.GFile(os.path.join(task.model_run_dir, RESULT_FILE), "w") as handle:
+            handle.write(json.dumps(result, indent=2))
+    return result
+
+
+def _export(keras_model, tf_transform_output, task: TrainTask, chief: bool) -> None:
+    """Only the chief writes the serving model. Other multi-worker tasks save to a scratch
+    directory they delete: saving may need every worker's participation (variables with
+    cross-worker aggregation), so they must not skip it."""
+    if chief:
+        export.export_serving_model(
+            keras_model, tf_transform_output, task.label_key, task.serving_model_dir
+        )
+        logging.info("Exported serving model to %s", task.serving_model_dir)
+        return
+    scratch = tempfile.mkdtemp(prefix="non-chief-export-")
+    try:
+        export.export_serving_model(keras_model, tf_transform_output, task.label_key, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

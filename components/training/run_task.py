@@ -1,0 +1,73 @@
+"""Entry point of one training task process: `python -m components.training.run_task --task FILE`.
+
+Reads the TrainTask JSON and this process's role from TF_CONFIG (set by the launcher: the local
+one, or the Kubeflow Training Operator in a pod). Workers and parameter servers of a
+parameter-server cluster serve until they are stopped; every other task runs the training
+function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from components import PROGRESS_LOGGER  # importing components selects Keras 2 first
+
+
+def _configure_logging() -> None:
+    """Plain lines on stdout for the launcher to relay; progress lines keep a known prefix."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
+
+
+def run_server(cluster: dict, task_type: str, index: int, num_workers: int) -> None:
+    import tensorflow as tf
+
+    # A parameter-server cluster deadlocks on a 2-core machine when its servers have fewer
+    # inter-op threads than workers + 1 (each worker holds one while it waits on the others).
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=num_workers + 1)
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(cluster),
+        job_name=task_type,
+        task_index=index,
+        protocol="grpc",
+        config=config,
+        start=True,
+    )
+    logging.getLogger("tfx_scaleout.cluster").info(
+        "%s %d serving at %s", task_type, index, server.target
+    )
+    server.join()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", required=True, help="TrainTask JSON file")
+    args = parser.parse_args(argv)
+    _configure_logging()
+
+    from components.training import loop as training
+    from components.training import strategies
+
+    task = training.TrainTask.load(args.task)
+    if task.settings.cpu_devices > 1:
+        strategies.split_cpu(task.settings.cpu_devices)
+    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    role = tf_config.get("task", {})
+    if task.settings.strategy == "parameter_server" and role.get("type") in ("worker", "ps"):
+        run_server(tf_config["cluster"], role["type"], int(role["index"]), task.settings.workers)
+        return 0
+    result = training.train(task)
+    logging.getLogger("tfx_scaleout.cluster").info("task result: %s", json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The TFX Trainer's run_fn (referenced by module path: components.training.trainer.run_fn).
+
+It reads the Trainer contract back from custom_config (TrainingConfig.from_custom_config), builds
+the TrainTask, and trains in the Trainer's process (single-worker strategies) or hands the task to
+the launcher the settings name, which runs one process or pod per cluster task.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from components.training import cluster, launchers
+from components.training.loop import TrainTask, train
+from components.training.settings import TrainingConfig
+
+
+def run_fn(fn_args) -> None:
+    """fn_args: tfx.components.FnArgs (train/eval files, transform output, custom_config, ...)."""
+    label_key, settings = TrainingConfig.from_custom_config(fn_args.custom_config or {})
+    task = TrainTask(
+        train_files=_expand(fn_args.train_files),
+        eval_files=_expand(fn_args.eval_files),
+        transform_output=fn_args.transform_output,
+        serving_model_dir=fn_args.serving_model_dir,
+        model_run_dir=fn_args.model_run_dir,
+        label_key=label_key,
+        settings=settings.validate(),
+    )
+    if task.runs_in_process():
+        train(task)
+        return
+    launchers.create(settings).run(cluster.ClusterSpec.for_task(task), task)
+
+
+def _expand(patterns) -> list[str]:
+    """FnArgs gives file patterns (one per split); tasks get the sorted list of shard files."""
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    return sorted(path for pattern in patterns for path in tf.io.gfile.glob(pattern))

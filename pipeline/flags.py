@@ -1,0 +1,199 @@
+"""The flags both runners share (run_local.py, kubeflow/run_kubeflow.py compile), and the one set
+of rules that turns the dataset flags into a choice of dataset.
+
+Training flags are made from the fields of components.training.settings.TrainingConfig that carry
+`flag` metadata: a new training setting there is a new flag of both runners, with nothing to add
+here. A flag left out keeps the dataclass default (every training flag defaults to None, "not
+given"), so defaults live in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any
+
+from components import ConfigError
+from components.training.settings import TrainingConfig
+from pipeline import beam_runners, datasets
+from pipeline import config as config_lib
+
+_TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if "flag" in f.metadata}
+
+
+def _flag_name(field: dataclasses.Field) -> str:
+    return f"--{field.metadata['flag'] or field.name}"
+
+
+def add_training_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainingConfig field with flag metadata (help and default from there)."""
+    group = parser.add_argument_group("training (Trainer)")
+    hints = typing.get_type_hints(TrainingConfig)
+    for name, field in _TRAINING_FIELDS.items():
+        options: dict[str, Any] = dict(field.metadata["argparse"])
+        shown = "" if field.default is None else f" (default: {field.default})"
+        kind = hints[name]
+        if kind is bool:
+            options["action"] = "store_true"
+        else:
+            options["type"] = next(t for t in typing.get_args(kind) or (kind,) if t is not None)
+        group.add_argument(
+            _flag_name(field),
+            dest=f"training_{name}",
+            default=None,
+            help=field.metadata["help"] + shown,
+            **options,
+        )
+
+
+def training_config(args: argparse.Namespace, dataset: config_lib.DatasetConfig, **fixed):
+    """The TrainingConfig the flags ask for; `fixed`: settings the runner decides itself (the
+    launcher on Kubeflow)."""
+    given = {
+        name: getattr(args, f"training_{name}")
+        for name in _TRAINING_FIELDS
+        if getattr(args, f"training_{name}") is not None
+    }
+    given["learning_rate"] = config_lib.learning_rate_for(dataset, given.get("learning_rate"))
+    return TrainingConfig(**given, **fixed)
+
+
+def add_pipeline_flags(
+    parser: argparse.ArgumentParser, *, example_shards: int, transform_shards: int
+) -> None:
+    """Pipeline shape flags; the shard defaults are the runner's (more shards on a cluster)."""
+    defaults = config_lib.PipelineConfig.__dataclass_fields__
+    parser.add_argument("--pipeline_name", default=None, help="default: <dataset>-pipeline")
+    parser.add_argument(
+        "--train_fraction",
+        type=float,
+        default=defaults["train_fraction"].default,
+        help="fraction of rows in the train split (hash buckets)",
+    )
+    parser.add_argument(
+        "--example_shards",
+        type=int,
+        default=example_shards,
+        help="TFRecord shards per split written by ExampleGen",
+    )
+    parser.add_argument(
+        "--transform_shards",
+        type=int,
+        default=None,
+        help=f"TFRecord shards per split written by Transform (default {transform_shards}, "
+        ">= workers for FILE sharding; images: 0, streaming: each Beam bundle writes its own "
+        "file and memory stays flat)",
+    )
+    parser.add_argument(
+        "--max_rejected_fraction",
+        type=float,
+        default=defaults["max_rejected_fraction"].default,
+        help="fail when more than this fraction of CSV rows (or image files) is rejected",
+    )
+    parser.add_argument(
+        "--accuracy_threshold",
+        type=float,
+        default=defaults["accuracy_threshold"].default,
+        help="Evaluator blesses the model only at or above this accuracy",
+    )
+    parser.add_argument(
+        "--beam_arg",
+        action="append",
+        default=[],
+        help="extra Beam pipeline argument, repeatable (e.g. --beam_arg=--foo=1)",
+    )
+
+
+def add_dataset_flags(parser: argparse.ArgumentParser, *, data_flag: str, where: str) -> None:
+    """--dataset, the data flag (--data locally, --data_root on Kubeflow; each accepts the
+    other), --label, --images, --schema, --dataset_name, --image_size. `where`: how the runner
+    reads data (a directory here, a URI the pods read)."""
+    other = "--data_root" if data_flag == "--data" else "--data"
+    parser.set_defaults(data_flag=data_flag)
+    parser.add_argument(
+        "--dataset",
+        choices=(datasets.PENGUINS, datasets.DIGITS),
+        default=datasets.PENGUINS,
+        help="embedded dataset: penguins (CSV, ships in the palmerpenguins package) or digits "
+        "(scikit-learn's handwritten digits written as JPEG class folders)",
+    )
+    parser.add_argument(
+        data_flag, other, dest="data", default=None, help=f"CSV files under {where}"
+    )
+    parser.add_argument("--label", default=None, help=f"label column (with {data_flag})")
+    parser.add_argument(
+        "--images",
+        default=None,
+        help=f"image class folders under {where}: one sub-folder of JPEG/PNG files per class",
+    )
+    parser.add_argument(
+        "--schema",
+        default=None,
+        help="curated schema.pbtxt (default: schemas/<dataset>/schema.pbtxt)",
+    )
+    parser.add_argument(
+        "--dataset_name", default=None, help="default: the last name of the data or images path"
+    )
+    parser.add_argument(
+        "--image_size",
+        type=int,
+        default=datasets.DIGITS_IMAGE_SIZE,
+        help="images are resized to this square in the transform graph",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetChoice:
+    """What the dataset flags ask for: an embedded dataset or the user's CSV files or images."""
+
+    kind: str  # datasets.PENGUINS, datasets.DIGITS, "csv" or "images"
+    location: str | None = None
+    label: str | None = None
+    schema: str | None = None
+    name: str | None = None
+    image_size: int = datasets.DIGITS_IMAGE_SIZE
+
+
+def dataset_choice(args: argparse.Namespace) -> DatasetChoice:
+    """The flags' rules, the same for every runner; ConfigError names the flags."""
+    data_flag = args.data_flag
+    if args.images is not None and args.data is not None:
+        raise ConfigError(
+            f"--images and {data_flag} are exclusive (image class folders or CSV files)"
+        )
+    if args.dataset != datasets.PENGUINS and (args.images is not None or args.data is not None):
+        raise ConfigError(
+            f"--dataset {args.dataset} is an embedded dataset; drop {data_flag}/--images"
+        )
+    if args.images is not None and args.label:
+        raise ConfigError(
+            "--label is for CSV data; with --images the class folder names are the labels"
+        )
+    if (args.data is None) != (args.label is None):
+        raise ConfigError(
+            f"{data_flag} and --label go together (the label column of your CSV files): "
+            f"--label is required with {data_flag}"
+        )
+    common = {"schema": args.schema, "name": args.dataset_name, "image_size": args.image_size}
+    if args.images is not None:
+        return DatasetChoice("images", location=args.images, **common)
+    if args.data is not None:
+        return DatasetChoice("csv", location=args.data, label=args.label, **common)
+    return DatasetChoice(args.dataset, **common)
+
+
+def add_common_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    data_flag: str,
+    where: str,
+    example_shards: int,
+    transform_shards: int,
+    local: bool,
+) -> None:
+    """Everything both runners take: dataset, pipeline shape, training, Beam runner."""
+    add_dataset_flags(parser, data_flag=data_flag, where=where)
+    add_pipeline_flags(parser, example_shards=example_shards, transform_shards=transform_shards)
+    add_training_flags(parser)
+    beam_runners.add_flags(parser, local=local)

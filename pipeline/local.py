@@ -1,0 +1,45 @@
+"""Policy of local runs, shared by the local runner and the benchmarks: which Beam mode an input
+gets, and running a pipeline with TFX's LocalDagRunner."""
+
+from __future__ import annotations
+
+import os
+
+from components import compat
+from pipeline import config as config_lib
+
+# Inputs smaller than this run Beam in-process; larger ones use one worker process per core.
+IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+def choose_beam(
+    mode: str,
+    workers: int | None,
+    input_bytes: int,
+    extra_args: list[str],
+    images: bool = False,
+) -> config_lib.BeamConfig:
+    """auto: in-process for small CSV input and for images, else one worker process per core.
+
+    Images stay in-process: the image ExampleGen reads and decodes on threads and Transform's
+    decode and resize run in TensorFlow's thread pool, so one process already keeps both cores
+    busy, and worker processes only add start-up and data transfer (20,000 JPEGs: ExampleGen
+    19 s in-process vs 41 s with two workers, Transform 70 s vs 84 s, measured 2026-11-30)."""
+    cores = os.cpu_count() or 1
+    if mode == "auto":
+        small = input_bytes < IN_MEMORY_LIMIT_BYTES
+        mode = "in_memory" if small or images or cores == 1 else "multi_processing"
+    return config_lib.BeamConfig(
+        mode=mode,
+        num_workers=workers or (cores if mode == "multi_processing" else 1),
+        extra_args=tuple(extra_args),
+    )
+
+
+def run_dag(tfx_pipeline) -> None:
+    """Runs the pipeline with TFX's LocalDagRunner, without TFX's sdist for the DirectRunner
+    (compat.no_tfx_sdist_for_direct_runner)."""
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+
+    with compat.no_tfx_sdist_for_direct_runner():
+        LocalDagRunner().run(tfx_pipeline)

@@ -1,0 +1,79 @@
+"""preprocessing_fn through a real tf.Transform analyze + transform (conftest.transform_run)."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from components.ml import features
+from tests.components.helpers import serialize
+
+SPECIES = ["Adelie", "Chinstrap", "Gentoo"]
+
+
+def transform(run, instances):
+    parsed = tf.io.parse_example(
+        tf.constant([serialize(i) for i in instances]), run["output"].raw_feature_spec()
+    )
+    return {k: v.numpy() for k, v in run["output"].transform_raw_features(parsed).items()}
+
+
+def test_vocabularies_for_label_and_strings(transform_run):
+    output = transform_run["output"]
+    assert sorted(v.decode() for v in output.vocabulary_by_name(features.LABEL_VOCABULARY)) == (
+        SPECIES
+    )
+    sex_vocabulary = {v.decode() for v in output.vocabulary_by_name("sex_vocabulary")}
+    assert sex_vocabulary == {"female", "male", features.MISSING_TOKEN}
+    assert output.vocabulary_size_by_name("island_vocabulary") == 3
+
+
+def test_numeric_features_are_z_scored_and_missing_values_imputed(transform_run):
+    raw = transform_run["raw"]
+    out = transform(transform_run, raw)
+    lengths = out[features.transformed_name("bill_length_mm")]
+    assert lengths.shape == (len(raw),)
+    assert abs(lengths.mean()) < 1e-5
+    assert abs(lengths.std() - 1.0) < 0.05  # imputed rows sit at the mean, std slightly < 1
+    missing = np.array([not row["bill_length_mm"] for row in raw])
+    assert missing.sum() == 1  # row 3 of penguins.csv has no measurements
+    indicator = out[features.missing_indicator_name("bill_length_mm")]
+    assert indicator.tolist() == missing.astype(np.float32).tolist()
+    # The imputed value is the training mean, which z-scores to ~0 (not the raw 0.0 default).
+    raw_values = np.array([row["bill_length_mm"][0] for row in raw if row["bill_length_mm"]])
+    zero_z = (0.0 - raw_values.mean()) / raw_values.std()
+    assert abs(lengths[missing][0]) < 0.05 < abs(zero_z)
+
+
+def test_label_and_string_columns_become_indices(transform_run):
+    raw = transform_run["raw"]
+    output = transform_run["output"]
+    out = transform(transform_run, raw)
+    label_vocab = [v.decode() for v in output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    decoded = [label_vocab[i] for i in out[features.transformed_name("species")]]
+    assert decoded == [row["species"][0].decode() for row in raw]
+    sex_vocab = [v.decode() for v in output.vocabulary_by_name("sex_vocabulary")]
+    sex = out[features.transformed_name("sex")]
+    for row, index in zip(raw, sex, strict=True):
+        expected = row["sex"][0].decode() if row["sex"] else features.MISSING_TOKEN
+        assert sex_vocab[index] == expected
+
+
+def test_unseen_category_goes_to_the_oov_bucket(transform_run):
+    row = dict(transform_run["raw"][0], island=[b"Atlantis"])
+    out = transform(transform_run, [row])
+    assert out[features.transformed_name("island")][0] == 3  # 3 islands, then the OOV bucket
+
+
+def test_one_pass_statistics_equal_z_scoring_the_imputed_column(transform_run):
+    """The z-score comes from one analysis pass (mean, variance, observed fraction); it must
+    equal imputing the observed mean and z-scoring the imputed column with numpy."""
+    raw = transform_run["raw"]
+    out = transform(transform_run, raw)
+    for key in ("bill_length_mm", "body_mass_g"):
+        observed = np.array([row[key][0] for row in raw if row[key]], dtype=np.float64)
+        imputed = np.array(
+            [row[key][0] if row[key] else observed.mean() for row in raw], dtype=np.float64
+        )
+        expected = (imputed - imputed.mean()) / imputed.std()
+        np.testing.assert_allclose(out[features.transformed_name(key)], expected, atol=1e-4)

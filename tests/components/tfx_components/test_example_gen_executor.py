@@ -1,0 +1,70 @@
+"""The sharded CSV ExampleGen executor, run directly through its Beam pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from components.tfx_components.example_gen import executor
+from tests.components.helpers import IN_MEMORY, MULTI_PROCESSING, read_split, run_executor
+
+GOOD_ROWS = "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range(40))
+
+
+@pytest.mark.parametrize("beam_args", [IN_MEMORY, MULTI_PROCESSING], ids=["in_memory", "multi"])
+def test_counts_shards_and_inferred_types(tmp_path, write_csv, beam_args):
+    write_csv("a.csv", "id,x,c\n" + GOOD_ROWS)
+    write_csv("b.csv", "id,x,c\n40,NA,a\n41,1.5,NA\n")
+    examples = run_executor(tmp_path, write_csv.dir, num_shards=3, beam_args=beam_args)
+
+    train_files, train = read_split(examples, "train")
+    eval_files, evaluation = read_split(examples, "eval")
+    assert len(train_files) == 3 and len(eval_files) == 3
+    assert len(train) + len(evaluation) == 42
+    counts = json.loads(examples.get_string_custom_property("split_example_counts"))
+    assert counts == {"train": len(train), "eval": len(evaluation)}
+    assert examples.get_int_custom_property("num_rows_read") == 42
+    assert examples.get_int_custom_property("num_rows_rejected") == 0
+    assert 0 < len(evaluation) < len(train)
+    ids = sorted(e.features.feature["id"].int64_list.value[0] for e in train + evaluation)
+    assert ids == list(range(42))
+    by_id = {e.features.feature["id"].int64_list.value[0]: e for e in train + evaluation}
+    assert by_id[40].features.feature["x"].WhichOneof("kind") is None  # "NA" is missing
+    assert list(by_id[41].features.feature["x"].float_list.value) == [1.5]
+
+
+def test_split_is_deterministic(tmp_path, write_csv):
+    write_csv("a.csv", "id,x,c\n" + GOOD_ROWS)
+
+    def eval_ids(run):
+        _, evaluation = read_split(run_executor(tmp_path / run, write_csv.dir), "eval")
+        return sorted(e.features.feature["id"].int64_list.value[0] for e in evaluation)
+
+    assert eval_ids("first") == eval_ids("second")
+
+
+def test_rejected_rows_fail_the_run_and_are_listed(tmp_path, write_csv):
+    write_csv("a.csv", "id,x,c\n" + GOOD_ROWS + "99,1.0\n")
+    bad = write_csv("b.csv", "id,x,c\n1,oops,a\n2,2.0,b\n")
+    with pytest.raises(executor.TooManyRejectedRowsError) as error:
+        run_executor(
+            tmp_path, write_csv.dir, column_types={"id": "int", "x": "float", "c": "string"}
+        )
+    message = str(error.value)
+    assert "2 of 43 CSV row(s) rejected" in message
+    assert f"{bad}:2: column 'x': 'oops' is not a float" in message
+    assert "a.csv:42: expected 3 fields, found 2" in message
+
+
+def test_rejected_rows_within_the_allowed_fraction_are_recorded(tmp_path, write_csv):
+    write_csv("a.csv", "id,x,c\n" + GOOD_ROWS + "99,1.0\n")
+    examples = run_executor(tmp_path, write_csv.dir, max_rejected=0.1)
+    _, train = read_split(examples, "train")
+    _, evaluation = read_split(examples, "eval")
+    assert len(train) + len(evaluation) == 40
+    assert examples.get_int_custom_property("num_rows_read") == 41
+    assert examples.get_int_custom_property("num_rows_rejected") == 1
+    rejected = executor.read_rejected_rows(examples.get_string_custom_property("rejected_rows_uri"))
+    assert [(os.path.basename(r.file), r.line) for r in rejected] == [("a.csv", 42)]
