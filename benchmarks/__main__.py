@@ -38,7 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work_dir", default=None, help="default: a new temporary directory")
     parser.add_argument("--only", nargs="*", default=None, help="run only these modules")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     rows: list[common.Row] = []
     skipped: list[str] = []

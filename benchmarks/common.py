@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+from components import KERAS_ENV
+
 
 @dataclasses.dataclass(frozen=True)
 class Row:
@@ -179,7 +181,7 @@ PYTHON = sys.executable
 
 
 def child_env() -> dict:
-    return dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    return dict(os.environ, **KERAS_ENV, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 # --- what the ExampleGen -> ImportSchemaGen -> Transform benchmarks share ----------------------

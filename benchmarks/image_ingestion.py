@@ -127,7 +127,6 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--size", type=int, required=True)
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     from components.tfx_components.image_example_gen import executor as image_example_gen_executor
     from components.tfx_components.transform import executor as transform_executor
     from pipeline import local

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from components import KERAS_ENV
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 REFERENCE_DRIVER = """
@@ -125,7 +127,7 @@ def measure(work_dir: str) -> tuple[dict, int]:
     for path in (ours_dir, reference_dir):
         shutil.rmtree(path, ignore_errors=True)
         os.makedirs(path)
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, **KERAS_ENV, PYTHONUNBUFFERED="1")
     rows = write_reference_inputs(reference_dir)
     driver = os.path.join(reference_dir, "run_reference.py")
     with open(driver, "w") as handle:

@@ -98,7 +98,6 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 2, before TensorFlow loads
     from pipeline import local
 
     beam_args = common.direct_beam_args(args.workers)
@@ -143,7 +142,6 @@ def measure_baseline(data_dir: str, work_dir: str, tag: str) -> dict:
 def input_pipeline_rate(transformed_examples: str, transform_graph: str, batch: int):
     """Examples/s of the Trainer's input pipeline alone vs. of the model fed one cached batch,
     at the Trainer's batch size."""
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
     import tensorflow_transform as tft
 

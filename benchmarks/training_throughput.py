@@ -24,13 +24,15 @@ import sys
 import tempfile
 import time
 
+from components import KERAS_ENV
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLOBAL_BATCH = 64
 INPUT_BOUND_TARGET = 1.10
 
 
 def transformed_data(work_dir: str) -> tuple[str, str]:
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
+    env = dict(os.environ, **KERAS_ENV)
     subprocess.run(
         [
             sys.executable,
@@ -154,7 +156,6 @@ def run(quick: bool, work_dir: str | None = None) -> list:
     """Rows for `python -m benchmarks all`; --quick: fewer steps and no per-strategy runs."""
     from benchmarks.common import Row
 
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     work_dir = work_dir or tempfile.mkdtemp(prefix="train-bench-")
     steps = 200 if quick else 1000
@@ -198,7 +199,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work_dir", default=None)
     parser.add_argument("--steps", type=int, default=1000)
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="train-bench-")
     print(f"transformed penguin shards (pipeline under {work_dir}) ...", flush=True)

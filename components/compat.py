@@ -68,7 +68,7 @@ def transform_passthrough_key_column() -> str:
     return tfx_transform_executor._TRANSFORM_INTERNAL_FEATURE_FOR_KEY  # noqa: SLF001
 
 
-def stock_transform_processor() -> type:
+def stock_transform_processor() -> type[Any]:
     """TFX's TransformProcessor class (to subclass), as it is before any swap."""
     from tfx.components.transform import executor as tfx_transform_executor
 

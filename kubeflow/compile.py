@@ -33,7 +33,7 @@ from kubeflow.config import (
     KubeflowConfig,
     Resources,
 )
-from pipeline import datasets, flags
+from pipeline import datasets, fingerprints, flags
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 TRAINER_ID = "Trainer"
@@ -77,10 +77,13 @@ def kubeflow_dataset(choice: flags.DatasetChoice) -> DatasetConfig:
     from pipeline import preflight
 
     if choice.kind == datasets.DIGITS:
-        schema_path = choice.schema or datasets.curated_schema_path(datasets.DIGITS)
+        schema_path = _shipped_schema(
+            datasets.DIGITS, choice.schema or datasets.curated_schema_path(datasets.DIGITS)
+        )
         return _image_dataset(datasets.DIGITS, IMAGE_DIGITS_DIR, schema_path, choice.image_size)
     if choice.kind == "images":
         images = choice.location
+        assert images is not None, "flags.dataset_choice sets the location of images and CSVs"
         name = choice.name or os.path.basename(images.rstrip("/")) or "images"
         schema_path = _curated_schema(
             name, choice.schema, "image dataset", "run locally once with --images"
@@ -88,15 +91,19 @@ def kubeflow_dataset(choice: flags.DatasetChoice) -> DatasetConfig:
         return _image_dataset(name, images, schema_path, choice.image_size)
     if choice.kind == datasets.PENGUINS:
         dataset = datasets.penguins()
+        schema_path = _shipped_schema(datasets.PENGUINS, choice.schema or dataset.schema_path)
         facts = preflight.check_dataset(dataset)  # the same file the image carries
         column_types = tuple(facts["column_types"].items())
         return dataclasses.replace(
             dataset,
             data_root=image_path(dataset.data_root),
-            schema_path=image_path(choice.schema or dataset.schema_path),
+            schema_path=image_path(schema_path),
+            schema_digest=fingerprints.file_digest(schema_path),
             column_types=column_types,
         )
-    data_root = choice.location
+    data_root, label = choice.location, choice.label
+    # flags.dataset_choice sets both for CSV data (--data needs --label).
+    assert data_root is not None and label is not None, "CSV data without location or label"
     name = choice.name or os.path.basename(data_root.rstrip("/")) or "csv"
     schema_path = _curated_schema(name, choice.schema, "dataset", "run locally once")
     from components.tfx_components.example_gen import csv_reader
@@ -106,10 +113,21 @@ def kubeflow_dataset(choice: flags.DatasetChoice) -> DatasetConfig:
     return DatasetConfig(
         name=name,
         data_root=data_root,
-        label_key=choice.label,
+        label_key=label,
         schema_path=image_path(schema_path),
+        schema_digest=fingerprints.file_digest(schema_path),
         column_types=column_types,
     )
+
+
+def _shipped_schema(name: str, schema_path: str | None) -> str:
+    """--schema, else the curated schema the project ships for its embedded dataset `name`."""
+    if schema_path is None:
+        raise ConfigError(
+            f"invalid configuration: no schema for dataset {name!r}: schemas/{name}/schema.pbtxt "
+            "ships with the project and is missing (reinstall it), and no --schema was given"
+        )
+    return schema_path
 
 
 def _curated_schema(name: str, schema_path: str | None, what: str, how: str) -> str:
@@ -143,6 +161,7 @@ def _image_dataset(name: str, data_root: str, schema_path: str, image_size: int)
         data_root=data_root,
         label_key=features.IMAGE_LABEL_KEY,
         schema_path=image_path(schema_path),
+        schema_digest=fingerprints.file_digest(schema_path),
         kind="images",
         image_size=image_size,
     )
@@ -208,7 +227,7 @@ def platform_spec(pipeline_spec: dict, kubeflow: KubeflowConfig) -> dict | None:
     """Kubernetes settings per executor (kfp-kubernetes' format): the GPU pool's node selector
     and tolerations for every executor that requests GPUs."""
     pool = kubeflow.gpu_pool
-    executor_config = {}
+    executor_config: dict[str, object] = {}  # nodeSelector: {labels: ...}, tolerations: [...]
     if pool.node_selector:
         executor_config["nodeSelector"] = {"labels": dict(pool.node_selector)}
     if pool.tolerations:

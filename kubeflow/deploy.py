@@ -13,6 +13,7 @@ import datetime
 import logging as std_logging
 import os
 import time
+from typing import Any
 
 from components import PROGRESS_LOGGER
 
@@ -30,7 +31,7 @@ class DeployError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Connection:
-    client: object  # kfp.Client
+    client: Any  # kfp.Client (kfp is read as untyped)
     endpoint: str
 
 

@@ -270,6 +270,8 @@ def run_deploy(args: argparse.Namespace, out) -> int:
     )
     out.write(f"run {deployment.run_id} started\n")
     if args.wait:
+        if deployment.run_id is None:
+            raise deploy.DeployError("the run started, but the API returned no run id to follow")
         state = deploy.wait(
             connection, deployment.run_id, timeout_seconds=args.timeout, poll_seconds=args.poll
         )

@@ -115,6 +115,8 @@ def run(args, out) -> None:
             args.metadata or mlmd_read.find_sqlite(args.output_root, args.pipeline)
         )
     db = mlmd_read.Store(mlmd_read.connect(config), schema=args.schema, pipeline=args.pipeline)
+    # Rows for the table commands; one object for lineage and report (columns None).
+    result: list[dict] | dict
     if args.command == "runs":
         result = mlmd_read.describe_runs(db)
         columns = ["row", "run", "start", "end", "status", "executed", "cached", "failed"]
@@ -144,11 +146,13 @@ def run(args, out) -> None:
     if args.json:
         out.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     elif columns is None:
+        assert isinstance(result, dict), "only lineage (report returns unless --json)"
         out.write("upstream (to the raw data):\n")
         _print_tree(result["upstream"], out, "  ", "produced_by")
         out.write("downstream (to pushed models):\n")
         _print_tree(result["downstream"], out, "  ", "consumed_by")
     else:
+        assert isinstance(result, list), "the table commands return rows"
         _table(result, columns, out)
 
 

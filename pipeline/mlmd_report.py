@@ -35,7 +35,7 @@ def _layers(nodes: list[str], edges: set[tuple[str, str]]) -> dict[str, int]:
 
 def lineage_svg(executions: list[dict], db: mlmd_read.Store) -> str:
     names = [e["component"] for e in executions]
-    producer = {}
+    producer: dict[int, str] = {}  # artifact id -> the component that wrote it
     for e in executions:
         for artifact_id in e["outputs"]:
             producer.setdefault(artifact_id, e["component"])

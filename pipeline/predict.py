@@ -16,7 +16,6 @@ import os
 import sys
 import warnings
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # google-api-core warns about Python 3.10 on import; TFX 1.16 requires 3.10.
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")

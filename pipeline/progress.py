@@ -23,6 +23,13 @@ _FAILED = "Execution %d failed."
 COMPONENT_PROGRESS_LOGGER = PROGRESS_LOGGER
 
 
+def _first_arg(record: logging.LogRecord) -> object:
+    """The %-argument of a record with one of the templates above (each takes one)."""
+    if not isinstance(record.args, tuple):
+        raise TypeError(f"log record {record.msg!r} has no positional arguments: {record.args!r}")
+    return record.args[0]
+
+
 class ComponentProgress(logging.Handler):
     def __init__(self, total_components: int, stream: TextIO | None = None):
         super().__init__(level=logging.INFO)
@@ -51,7 +58,7 @@ class ComponentProgress(logging.Handler):
                 self._print(f"      {self._current['component']}: {record.getMessage()}")
             return
         if record.msg == _RUNNING:
-            node_id = record.args[0]
+            node_id = _first_arg(record)
             self._current = {
                 "component": node_id,
                 "start": time.monotonic(),
@@ -63,7 +70,7 @@ class ComponentProgress(logging.Handler):
         elif self._current is None:
             return
         elif record.msg == _CACHED:
-            self._current.update(status="cached", execution_id=record.args[0])
+            self._current.update(status="cached", execution_id=_first_arg(record))
         elif record.msg == _NEW_EXECUTION and isinstance(record.args, tuple):
             self._current.update(status="executed", execution_id=record.args[0])
         elif record.msg == _FAILED:
@@ -76,6 +83,7 @@ class ComponentProgress(logging.Handler):
 
     def _finish(self, status: str) -> None:
         current = self._current
+        assert current is not None, "emit() finishes only a running component"
         current["status"] = status
         current["seconds"] = time.monotonic() - current["start"]
         self.records.append(current)

@@ -30,7 +30,12 @@ import signal
 import sys
 import tempfile
 import threading
-from typing import TextIO
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from pipeline.progress import ComponentProgress
 
 EXIT_INTERRUPTED = 130
 # How a full disk (or RLIMIT_FSIZE) reads once TensorFlow, Beam or SQLite have wrapped the OSError.
@@ -163,8 +168,10 @@ class RunGuard:
         args = sys.argv[1:] if argv is None else list(argv)
         self.resume_command = shlex.join(["python", "pipeline/run_local.py", *args])
         self._lock_fd: int | None = None
-        self._previous_handler = None
-        self._reporter = None
+        # What signal.signal returned for SIGINT: a handler, SIG_DFL/SIG_IGN, or None (not set
+        # from Python).
+        self._previous_handler: Callable[[int, FrameType | None], Any] | int | None = None
+        self._reporter: ComponentProgress | None = None
 
     @classmethod
     def start(cls, config, argv: list[str] | None, out: TextIO) -> RunGuard:

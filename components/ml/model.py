@@ -9,14 +9,19 @@ size. Serving export: components.ml.export; input pipeline: components.ml.inputs
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 import tensorflow_transform as tft
 
 from components.ml import features, preprocessing
 
-# Under TF_USE_LEGACY_KERAS=1 this is tf-keras (Keras 2), which tf.Transform 1.16 requires.
-keras = tf.keras
+if TYPE_CHECKING:
+    # mypy reads TensorFlow as untyped: this import only lets `keras.X` name classes (as Any).
+    from tensorflow import keras
+else:
+    # Under TF_USE_LEGACY_KERAS=1 this is tf-keras (Keras 2), which tf.Transform 1.16 requires.
+    keras = tf.keras
 
 
 class _StepsWithoutAutograph(keras.Model):
@@ -81,6 +86,7 @@ def build_image_model(
     name = features.transformed_name(features.IMAGE_KEY)
     image = keras.Input(shape=shape, name=name, dtype=tf.float32)
     if image_model == "mobilenet_v2":
+        assert shape is not None, "keras.Input raised for tabular data (no image shape)"
         backbone = keras.applications.MobileNetV2(
             input_shape=tuple(shape), include_top=False, weights=None, pooling="avg"
         )

@@ -17,6 +17,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import apache_beam as beam
 import google_crc32c
@@ -189,7 +190,7 @@ class _ReadFileAsRecordBatches(beam.DoFn):
         self._schema_bytes = schema_bytes
         self._batch_size = batch_size
         self._compression = compression
-        self._decoder = None
+        self._decoder: Any | None = None  # a tfx_bsl ExamplesToRecordBatchDecoder, from setup()
 
     def setup(self):
         from tfx_bsl.coders import example_coder
@@ -206,16 +207,18 @@ class _ReadFileAsRecordBatches(beam.DoFn):
         # TensorFlow's C++ record reader (the one behind tf.data's TFRecordDataset), called
         # directly: a tf.data pipeline per file costs a graph trace and a copy of every record
         # into a NumPy object array.
+        decoder = self._decoder
+        assert decoder is not None, "Beam calls setup() before process()"
         reader = _pywrap_record_io.RecordIterator(path, compression)
         try:
             records: list[bytes] = []
             for record in reader:
                 records.append(record)
                 if len(records) == self._batch_size:
-                    yield self._decoder.DecodeBatch(records)
+                    yield decoder.DecodeBatch(records)
                     records = []
             if records:
-                yield self._decoder.DecodeBatch(records)
+                yield decoder.DecodeBatch(records)
         finally:
             reader.close()
 

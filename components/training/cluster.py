@@ -195,6 +195,7 @@ class LocalProcessLauncher:
 
     @staticmethod
     def _relay(name: str, popen: subprocess.Popen, tail: collections.deque) -> None:
+        assert popen.stdout is not None, "_start() opens it with stdout=PIPE"
         for line in popen.stdout:
             line = line.rstrip("\n")
             tail.append(line)

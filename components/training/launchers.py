@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from components import ConfigError
 from components.training import cluster
-from components.training.settings import TrainingConfig
+from components.training.settings import TFJobConfig, TrainingConfig
 
 
 def _local(settings: TrainingConfig) -> cluster.Launcher:
@@ -21,6 +22,10 @@ def _local(settings: TrainingConfig) -> cluster.Launcher:
 def _tfjob(settings: TrainingConfig) -> cluster.Launcher:
     from components.training import tfjob
 
+    if not isinstance(settings.launcher, TFJobConfig):
+        raise ConfigError(
+            f"the tfjob launcher needs a TFJobConfig, got {type(settings.launcher).__name__}"
+        )
     return tfjob.TFJobLauncher(settings.launcher)
 
 

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -27,7 +28,11 @@ from components.training import settings as settings_lib
 from components.training import strategies
 from components.training.settings import TrainingConfig
 
-keras = tf.keras
+if TYPE_CHECKING:
+    # mypy reads TensorFlow as untyped: this import only lets `keras.X` name classes (as Any).
+    from tensorflow import keras
+else:
+    keras = tf.keras  # tf-keras under TF_USE_LEGACY_KERAS=1 (components.ml.model)
 # The local runner prints records of this logger as progress lines (pipeline/progress.py).
 progress_log = std_logging.getLogger(PROGRESS_LOGGER)
 

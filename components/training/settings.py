@@ -385,7 +385,9 @@ def _decode(annotation: Any, value: Any, where: str) -> Any:
         options = typing.get_args(annotation)
         if value is None and type(None) in options:
             return None
-        dataclass_options = [o for o in options if dataclasses.is_dataclass(o)]
+        dataclass_options = [
+            o for o in options if isinstance(o, type) and dataclasses.is_dataclass(o)
+        ]
         if dataclass_options:
             return _decode_launcher(dataclass_options, value, where)
         (option,) = [o for o in options if o is not type(None)]
@@ -401,7 +403,7 @@ def _decode(annotation: Any, value: Any, where: str) -> Any:
             return tuple(_decode(args[0], item, f"{where}[]") for item in value)
         _expect(len(value) == len(args), where, f"{len(args)} items", value)
         return tuple(_decode(a, item, f"{where}[]") for a, item in zip(args, value, strict=True))
-    if dataclasses.is_dataclass(annotation):
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         _expect(isinstance(value, dict), where, "an object", value)
         values = dict(value)
         kind = getattr(annotation, "KIND", None)
@@ -435,7 +437,9 @@ def _decode_launcher(options: list[type], value: Any, where: str) -> Any:
     kinds = {getattr(option, "KIND", None): option for option in options}
     kind = value.get(_KIND_KEY)
     if kind not in kinds:
-        raise ConfigError(f"invalid {where}: kind must be one of {sorted(kinds)}, got {kind!r}")
+        # key=str: a kind is a str (the KIND ClassVar); getattr's None default types it Optional.
+        kinds_text = sorted(kinds, key=str)
+        raise ConfigError(f"invalid {where}: kind must be one of {kinds_text}, got {kind!r}")
     return _decode(kinds[kind], value, where)
 
 

@@ -212,7 +212,7 @@ def _convert_column(values: pa.ChunkedArray, column_type: str) -> tuple[pa.Array
     # Slow path, only when some cell is bad: find which rows, null them, report them.
     convert = int if column_type == INT else float
     bad = np.zeros(len(values), dtype=bool)
-    cleaned = []
+    cleaned: list[int | float | None] = []
     for i, cell in enumerate(values.to_pylist()):
         if cell is None:
             cleaned.append(None)
@@ -279,7 +279,10 @@ def hash_buckets(raw_rows: pa.Table, num_buckets: int) -> np.ndarray:
 
 def split_of_buckets(buckets: np.ndarray, split_sizes: Sequence[int]) -> np.ndarray:
     """Bucket -> split index, splits taking consecutive bucket ranges of the given sizes."""
-    return np.searchsorted(np.cumsum(split_sizes), buckets, side="right")
+    splits = np.searchsorted(np.cumsum(split_sizes), buckets, side="right")
+    # numpy is read partly untyped (pyproject's mypy overrides), which makes mypy pick
+    # searchsorted's scalar overload; an array of buckets gives an array.
+    return splits  # type: ignore[return-value]
 
 
 def _to_list_array(values: pa.Array, column_type: str) -> pa.LargeListArray:

@@ -13,7 +13,6 @@ column_types (JSON object; empty: inferred over all files), max_rejected_fractio
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Any
@@ -21,16 +20,13 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from absl import logging
-from apache_beam.metrics.metric import MetricsFilter
 from tfx import types
-from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.dsl.io import fileio
-from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
-from tfx.utils import proto_utils
 
 from components.records import bulk_tfrecord
+from components.tfx_components import ingestion
 from components.tfx_components.example_gen import csv_reader
 
 METRICS_NAMESPACE = "ShardedCsvExampleGen"
@@ -38,7 +34,6 @@ DEFAULT_NUM_SHARDS = 4
 DEFAULT_NULL_VALUES = ("", "NA", "NaN", "nan", "null", "NULL")
 REJECTED_DIR = "rejected_rows"
 OUTPUT_FILE_PREFIX = "data_tfrecord"
-MAX_REJECTS_IN_MESSAGE = 20
 # Execution parameters beyond FileBasedExampleGenSpec's (see component.ShardedCsvExampleGenSpec).
 NUM_SHARDS_KEY = "num_shards"
 NULL_VALUES_KEY = "null_values"
@@ -94,7 +89,7 @@ class _CsvFileToExamples(beam.DoFn):
             name: beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"examples_{name}")
             for name in split_names
         }
-        self._encoder = None
+        self._encoder: Any | None = None  # a tfx_bsl RecordBatchToExamplesEncoder, from setup()
 
     def setup(self):
         from tfx_bsl.coders import example_coder
@@ -117,6 +112,7 @@ class _CsvFileToExamples(beam.DoFn):
         )
         # One element per split (a list of serialized examples), not one per example: Beam's
         # per-element cost on the DirectRunner is larger than the encoding itself.
+        assert self._encoder is not None, "Beam calls setup() before process()"
         encoded = np.array(self._encoder.encode(record_batch), dtype=object)
         for index, name in enumerate(self._split_names):
             examples = encoded[splits == index].tolist()
@@ -167,58 +163,6 @@ def list_csv_files(input_base: str, pattern: str) -> list[str]:
     return files
 
 
-@dataclasses.dataclass(frozen=True)
-class HashSplitOutput:
-    """One input pattern split into named outputs by hash buckets, and the Examples artifact
-    (its split names set) they are written to."""
-
-    pattern: str
-    names: list[str]
-    buckets: list[int]
-    examples: types.Artifact
-
-
-def hash_split_output(exec_properties: dict[str, Any], output_dict, component: str):
-    """The input and output configs of a hash-splitting ExampleGen (this one, the image one)."""
-    input_config = example_gen_pb2.Input()
-    proto_utils.json_to_proto(
-        exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config
-    )
-    output_config = example_gen_pb2.Output()
-    proto_utils.json_to_proto(
-        exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
-    )
-    if len(input_config.splits) != 1 or not output_config.split_config.splits:
-        raise ValueError(
-            f"{component} reads one input pattern and splits it by hash buckets; "
-            "give output_config.split_config"
-        )
-    examples = artifact_utils.get_single_instance(
-        output_dict[standard_component_specs.EXAMPLES_KEY]
-    )
-    examples.split_names = artifact_utils.encode_split_names(
-        example_gen_utils.generate_output_split_names(input_config, output_config)
-    )
-    splits = output_config.split_config.splits
-    return HashSplitOutput(
-        pattern=input_config.splits[0].pattern,
-        names=[split.name for split in splits],
-        buckets=[split.hash_buckets for split in splits],
-        examples=examples,
-    )
-
-
-def rejection_listing(header: str, uri: str, rejected: list) -> str:
-    """`header`, where the rejected are listed, and the first MAX_REJECTS_IN_MESSAGE of them."""
-    listing = "\n".join(f"  {item}" for item in rejected[:MAX_REJECTS_IN_MESSAGE])
-    more = (
-        f"\n  ... and {len(rejected) - MAX_REJECTS_IN_MESSAGE} more"
-        if len(rejected) > MAX_REJECTS_IN_MESSAGE
-        else ""
-    )
-    return f"{header}; all are listed in {uri}:\n{listing}{more}"
-
-
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Executor for FileBasedExampleGen: sharded, accounted CSV -> tf.Example conversion."""
 
@@ -229,7 +173,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        split = hash_split_output(exec_properties, output_dict, "ShardedCsvExampleGen")
+        split = ingestion.hash_split_output(exec_properties, output_dict, "ShardedCsvExampleGen")
         split_names, buckets, examples_artifact = split.names, split.buckets, split.examples
         num_shards = int(exec_properties.get(NUM_SHARDS_KEY, DEFAULT_NUM_SHARDS))
         null_values = tuple(
@@ -265,7 +209,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         result = pipeline.run()
         result.wait_until_finish()
 
-        counts = committed_counters(result)
+        counts = ingestion.committed_counters(result, METRICS_NAMESPACE)
         rows_read = counts.get("rows_read", 0)
         rows_rejected = counts.get("rows_rejected", 0)
         written = {name: counts.get(f"examples_{name}", 0) for name in split_names}
@@ -298,18 +242,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             )
 
 
-def committed_counters(result, namespace: str = METRICS_NAMESPACE) -> dict[str, int]:
-    """Beam counters of one namespace after the run, by name (committed, else attempted)."""
-    query = result.metrics().query(MetricsFilter().with_namespace(namespace))
-    counts: dict[str, int] = {}
-    for counter in query["counters"]:
-        name = counter.key.metric.name
-        # Runners that do not commit metrics (some portable ones) still report attempted values.
-        value = counter.committed if counter.committed is not None else counter.attempted
-        counts[name] = counts.get(name, 0) + int(value)
-    return counts
-
-
 def read_rejected_rows(uri: str) -> list[csv_reader.RejectedRow]:
     if not fileio.exists(uri):
         return []
@@ -318,7 +250,7 @@ def read_rejected_rows(uri: str) -> list[csv_reader.RejectedRow]:
 
 
 def _rejection_message(uri: str, read: int, rejected: int, max_fraction: float) -> str:
-    return rejection_listing(
+    return ingestion.rejection_listing(
         f"{rejected} of {read} CSV row(s) rejected (allowed fraction {max_fraction})",
         uri,
         sorted(read_rejected_rows(uri), key=lambda r: (r.file, r.line)),

@@ -32,7 +32,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 
 from components.records import bulk_tfrecord
-from components.tfx_components.example_gen import executor as example_gen_executor
+from components.tfx_components import ingestion
 from components.tfx_components.image_example_gen import reader
 
 METRICS_NAMESPACE = "ImageExampleGen"
@@ -222,9 +222,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        split = example_gen_executor.hash_split_output(
-            exec_properties, output_dict, "ImageExampleGen"
-        )
+        split = ingestion.hash_split_output(exec_properties, output_dict, "ImageExampleGen")
         split_names, buckets, examples_artifact = split.names, split.buckets, split.examples
         num_shards = int(exec_properties.get(NUM_SHARDS_KEY) or DEFAULT_NUM_SHARDS)
         max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY) or 0.0)
@@ -267,7 +265,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                     with fileio.open(path, "wb"):
                         pass
 
-        counts = example_gen_executor.committed_counters(result, METRICS_NAMESPACE)
+        counts = ingestion.committed_counters(result, METRICS_NAMESPACE)
         found = counts.get("files_found", 0)
         rejected_count = counts.get("files_rejected", 0)
         hidden = counts.get("hidden_files_ignored", 0)
@@ -312,7 +310,7 @@ def read_rejected_files(uri: str) -> list[reader.RejectedFile]:
 
 
 def _rejection_message(uri: str, found: int, rejected: int, max_fraction: float) -> str:
-    return example_gen_executor.rejection_listing(
+    return ingestion.rejection_listing(
         f"{rejected} of {found} image file(s) rejected (allowed fraction {max_fraction})",
         uri,
         sorted(read_rejected_files(uri), key=lambda f: f.path),

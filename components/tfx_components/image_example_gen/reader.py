@@ -72,7 +72,8 @@ def relative_path(class_name: str, path: str) -> str:
 def list_class_files(input_base: str, class_name: str) -> tuple[list[str], list[str]]:
     """(files, hidden files) in one class folder, sorted; sub-folders are not descended into."""
     folder = os.path.join(input_base, class_name)
-    files, hidden = [], []
+    files: list[str] = []
+    hidden: list[str] = []
     for name in sorted(tf.io.gfile.listdir(folder)):
         path = os.path.join(folder, name.rstrip("/"))
         if tf.io.gfile.isdir(path):

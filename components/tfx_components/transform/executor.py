@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+from typing import Any
 
 import apache_beam as beam
 from tfx.components.transform import executor as tfx_transform_executor
@@ -69,7 +70,8 @@ class BulkTFExampleRecord(tf_example_record.TFExampleRecord):
         )
 
 
-class ShardedTransformProcessor(_StockTransformProcessor):
+# A class obtained at runtime (compat keeps the reach into TFX), which mypy cannot take as a base.
+class ShardedTransformProcessor(_StockTransformProcessor):  # type: ignore[misc,valid-type]
     def __init__(self, num_shards: int, batch_size: int = DEFAULT_BATCH_SIZE):
         super().__init__()
         self._num_shards = num_shards
@@ -102,7 +104,7 @@ class _EncodeRecordBatch(beam.DoFn):
 
     def __init__(self, schema):
         self._schema = schema
-        self._encoder = None
+        self._encoder: Any | None = None  # a tfx_bsl RecordBatchToExamplesEncoder, from setup()
 
     def setup(self):
         from tfx_bsl.coders import example_coder
@@ -110,13 +112,15 @@ class _EncodeRecordBatch(beam.DoFn):
         self._encoder = example_coder.RecordBatchToExamplesEncoder(self._schema)
 
     def process(self, data_batch):
+        encoder = self._encoder
+        assert encoder is not None, "Beam calls setup() before process()"
         record_batch, _ = data_batch
         # Passthrough keys (none unless configured) are not part of the written examples.
         if _PASSTHROUGH_KEY_COLUMN in record_batch.schema.names:
             record_batch = record_batch.remove_column(
                 record_batch.schema.get_field_index(_PASSTHROUGH_KEY_COLUMN)
             )
-        yield self._encoder.encode(record_batch)
+        yield encoder.encode(record_batch)
 
 
 @beam.ptransform_fn
