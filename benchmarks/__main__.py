@@ -25,6 +25,7 @@ BENCHMARKS = (
     ("scale", None),
     ("training_throughput", None),
     ("image_ingestion", None),
+    ("cache_fingerprint", None),
     ("penguin_vs_tfx_example", "two cold and two warm full pipeline runs, about 7 minutes"),
 )
 

@@ -83,6 +83,7 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
     from components.ml import features
     from components.tfx_components.image_example_gen.component import ImageExampleGen
     from components.tfx_components.transform import executor as transform_executor
+    from components.tfx_components.transform.component import ShardedTransform
     from pipeline import builder
 
     schema_path = os.path.join(root, "schema.pbtxt")
@@ -95,7 +96,7 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
         num_shards=SHARDS,
     ).with_id("ImageExampleGen")
     schema_gen = ImportSchemaGen(schema_file=schema_path)
-    transform = builder.ShardedTransform(
+    transform = ShardedTransform(
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         preprocessing_fn=builder.IMAGE_PREPROCESSING_FN,

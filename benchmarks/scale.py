@@ -55,6 +55,7 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], shards: int):
     from components.tfx_components.example_gen.component import ShardedCsvExampleGen
     from components.tfx_components.example_gen.csv_reader import schema_column_types
     from components.tfx_components.transform import executor as transform_executor
+    from components.tfx_components.transform.component import ShardedTransform
     from pipeline import builder, datasets, preflight
 
     dataset = datasets.synth(data_dir)
@@ -66,7 +67,7 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], shards: int):
         column_types=column_types,
     ).with_id("CsvExampleGen")
     schema_gen = ImportSchemaGen(schema_file=dataset.schema_path)
-    transform = builder.ShardedTransform(
+    transform = ShardedTransform(
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         preprocessing_fn=builder.PREPROCESSING_FN,

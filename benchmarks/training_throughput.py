@@ -130,12 +130,17 @@ STRATEGY_RUNS = [
 def strategy_throughput(examples_uri, transform_graph, steps, work_dir) -> dict[str, dict]:
     from components.training import cluster
     from components.training import loop as training
+    from components.training.settings import TrainingConfig
 
     results = {}
     for name, settings in STRATEGY_RUNS:
         run_dir = os.path.join(work_dir, name.replace(" ", "_").replace(",", ""))
         task = training.TrainTask.from_transform_output(
-            examples_uri, transform_graph, run_dir, "species", train_steps=steps, **settings
+            examples_uri,
+            transform_graph,
+            run_dir,
+            "species",
+            settings=TrainingConfig(train_steps=steps, **settings),
         )
         print(f"  training: {name} ...", flush=True)
         cluster.LocalProcessLauncher(max_restarts=0).run(cluster.ClusterSpec.for_task(task), task)

@@ -32,9 +32,16 @@ gpu_image="$registry/tfx-scaleout-gpu:$tag"
 export DOCKER_BUILDKIT=1
 docker build -f kubeflow/Dockerfile -t "$image" .
 docker build -f kubeflow/Dockerfile.gpu -t "$gpu_image" .
-if $push; then
-  docker push "$image"
-  docker push "$gpu_image"
+if ! $push; then
+  echo "images: $image $gpu_image (not pushed: no digest yet)"
+  echo "push them (--push), then compile with the pinned references it prints"
+  exit 0
 fi
+docker push "$image"
+docker push "$gpu_image"
+# Kubeflow Pipelines caches by image reference: compile with the registry's digests, so that a
+# rebuilt image under the same tag is a new reference, not a cache hit for the old image.
+image=$(docker inspect --format '{{index .RepoDigests 0}}' "$image")
+gpu_image=$(docker inspect --format '{{index .RepoDigests 0}}' "$gpu_image")
 echo "images: $image $gpu_image"
 echo "compile with: --image $image --gpu_image $gpu_image --sdk_container_image $image"

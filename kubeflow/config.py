@@ -7,6 +7,7 @@ multi-worker training is launched (a Training Operator TFJob) is a training sett
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from components import ConfigError
 from components.training.settings import LAUNCHER_CONFIGS, GpuPool, Resources, TFJobConfig
@@ -21,6 +22,15 @@ IMAGE_PROJECT_DIR = "/app"
 IMAGE_DIGITS_DIR = f"{IMAGE_PROJECT_DIR}/data/digits"
 IMAGE_VENV = "/opt/venv"
 IMAGE_SITE_PACKAGES = f"{IMAGE_VENV}/lib/python3.10/site-packages"
+
+
+# An image reference pinned by content: NAME@sha256:<64 hex digits> (a tag may precede the @).
+_PINNED_IMAGE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
+def is_pinned(image: str) -> bool:
+    """Whether an image reference names one image by digest, not a tag that can move."""
+    return bool(_PINNED_IMAGE.match(image))
 
 
 def _require(condition: bool, field: str, message: str) -> None:
@@ -44,10 +54,25 @@ class KubeflowConfig:
     # The Trainer's pod: GPUs when it trains itself (single-worker strategies).
     trainer_resources: Resources = Resources(cpu=8, memory_gb=32, gpus=1)
     gpu_pool: GpuPool = GpuPool()
+    # KFP's cache key holds each task's image reference, not the image's content: a tag rebuilt
+    # with new code would be a cache hit for results of the old image. Images must be pinned by
+    # digest unless this is set.
+    allow_unpinned_images: bool = False
 
     def validate(self) -> KubeflowConfig:
         _require(bool(self.image), "image", "must not be empty")
         _require(bool(self.gpu_image), "gpu_image", "must not be empty")
+        if not self.allow_unpinned_images:
+            for field in ("image", "gpu_image"):
+                image = getattr(self, field)
+                _require(
+                    is_pinned(image),
+                    field,
+                    f"must be pinned by digest (NAME@sha256:...), got {image!r}: Kubeflow "
+                    "Pipelines caches by image reference, so a rebuilt image under the same tag "
+                    "would reuse results of the old one. kubeflow/build_images.sh --push prints "
+                    "the pinned references; --allow_unpinned_images accepts a tag anyway",
+                )
         for name in ("beam_resources", "default_resources", "trainer_resources"):
             getattr(self, name).validate(name)
         self.gpu_pool.validate()

@@ -65,8 +65,21 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         transform_shards=TRANSFORM_SHARDS,
         local=False,
     )
-    parser.add_argument("--image", required=True, help="the project's image (every component)")
-    parser.add_argument("--gpu_image", required=True, help="the GPU image (Trainer, TFJob pods)")
+    parser.add_argument(
+        "--image",
+        required=True,
+        help="the project's image (every component), pinned by digest: NAME@sha256:...",
+    )
+    parser.add_argument(
+        "--gpu_image",
+        required=True,
+        help="the GPU image (Trainer, TFJob pods), pinned by digest: NAME@sha256:...",
+    )
+    parser.add_argument(
+        "--allow_unpinned_images",
+        action="store_true",
+        help="accept image tags (KFP then reuses cached results across rebuilds of a tag)",
+    )
     parser.add_argument(
         "--gpus",
         type=int,
@@ -180,6 +193,7 @@ def build_configs(
         gpu_pool=GpuPool(
             node_selector=_pairs(args.node_selector, "--node_selector"), tolerations=tolerations
         ),
+        allow_unpinned_images=args.allow_unpinned_images,
     ).validate()
     training = flags.training_config(args, dataset)
     if args.launcher == TFJobConfig.KIND and training.needs_cluster:

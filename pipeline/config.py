@@ -37,6 +37,10 @@ class DatasetConfig:
     # Curated schema (schemas/<name>/schema.pbtxt). None: infer with SchemaGen (first use of a
     # user's dataset); the inferred schema is written out for review.
     schema_path: str | None = None
+    # Content digest of the curated schema (pipeline.fingerprints.file_digest), part of
+    # ImportSchemaGen's cache key. Empty: taken from schema_path when the pipeline is built;
+    # set by runners whose schema_path is not readable here (Kubeflow: a path in the image).
+    schema_digest: str = ""
     # Cell values read as missing, as R and pandas write them ("NA" in palmerpenguins).
     null_values: tuple[str, ...] = ("", "NA", "NaN", "nan", "null", "NULL")
     # Column types taken from the curated schema ('int', 'float', 'string'); empty: inferred.

@@ -7,6 +7,7 @@ import datetime
 import glob
 import json
 import os
+from typing import Any
 
 from ml_metadata import errors as mlmd_errors
 from ml_metadata import metadata_store
@@ -296,6 +297,20 @@ class Store:
                 if e.type in INPUT_EVENTS
             }
         )
+
+
+def latest_property(db: Store, key: str) -> dict[str, Any]:
+    """{node: `key`'s value in the newest finished (complete or cached) execution of that node
+    that records it}, over every run in the store."""
+    finished = {metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED}
+    latest: dict[str, Any] = {}
+    for execution in sorted(db.store.get_executions(), key=lambda e: e.id):
+        if execution.last_known_state not in finished:
+            continue
+        value = db.execution_properties(execution).get(key)
+        if value is not None:
+            latest[db.node_of(execution)] = value
+    return latest
 
 
 def _disk_size(uri: str) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from components import PROGRESS_LOGGER
@@ -31,9 +32,17 @@ def _first_arg(record: logging.LogRecord) -> object:
 
 
 class ComponentProgress(logging.Handler):
-    def __init__(self, total_components: int, stream: TextIO | None = None):
+    def __init__(
+        self,
+        total_components: int,
+        stream: TextIO | None = None,
+        why_executed: Callable[[str], str] | None = None,
+    ):
+        """why_executed(component id): why it ran instead of being reused from the cache
+        (pipeline.fingerprints.explain); empty: nothing to say (its first run)."""
         super().__init__(level=logging.INFO)
         self.total = total_components
+        self.why_executed = why_executed
         self.stream = stream or sys.stdout
         self.records: list[dict] = []
         self._current: dict | None = None
@@ -92,11 +101,19 @@ class ComponentProgress(logging.Handler):
             f"({len(self.records)}/{self.total}) {current['component']} {status} "
             f"in {current['seconds']:.1f}s"
         )
+        if status == "executed" and self.why_executed is not None:
+            current["reason"] = self.why_executed(current["component"])
+            if current["reason"]:
+                self._print(f"      {current['component']} reran: {current['reason']}")
 
 
-def attach(total_components: int, stream: TextIO | None = None) -> ComponentProgress:
+def attach(
+    total_components: int,
+    stream: TextIO | None = None,
+    why_executed: Callable[[str], str] | None = None,
+) -> ComponentProgress:
     """Listens to TFX's absl records; INFO must pass the absl logger for that."""
-    handler = ComponentProgress(total_components, stream)
+    handler = ComponentProgress(total_components, stream, why_executed)
     absl_logger = logging.getLogger("absl")
     handler.previous_level = absl_logger.level
     if absl_logger.getEffectiveLevel() > logging.INFO:

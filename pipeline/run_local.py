@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 import shutil
@@ -221,12 +222,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     out.flush()
 
-    from pipeline import builder, progress, run_summary
+    from pipeline import builder, fingerprints, progress, run_summary
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tfx_pipeline = builder.create_pipeline(config)
-    reporter = progress.attach(len(tfx_pipeline.components), out)
+    # Why a component reran when an earlier run had finished it: code, schema or stack changes
+    # from the recorded fingerprints, else its inputs or parameters.
+    previous = run_summary.previous_fingerprints(config) if config.enable_cache else {}
+    current = fingerprints.of_components(tfx_pipeline.components)
+    reporter = progress.attach(
+        len(tfx_pipeline.components),
+        out,
+        why_executed=functools.partial(fingerprints.rerun_reason, previous, current),
+    )
     guard.watch(reporter)  # Ctrl-C: what finished, how to resume, exit 130
     started = time.monotonic()
     try:

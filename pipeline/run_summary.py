@@ -61,3 +61,14 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         inferred_schema_uri=schema_uri,
         metadata_path=location,
     )
+
+
+def previous_fingerprints(config) -> dict[str, str]:
+    """{component: the cache fingerprint of its newest finished execution} in the pipeline's
+    store (pipeline.fingerprints); empty before the first run."""
+    from pipeline import fingerprints
+
+    if config.mysql is None and not os.path.exists(config.metadata_path):
+        return {}
+    db = mlmd_read.Store(mlmd_read.open_store(config.metadata_connection_config()))
+    return mlmd_read.latest_property(db, fingerprints.FINGERPRINT_KEY)

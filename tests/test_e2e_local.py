@@ -201,7 +201,7 @@ def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
     assert [e["component"] for e in executions] == COMPONENTS
     trainer = next(e for e in executions if e["component"] == "Trainer")
     assert trainer["state"] == "CACHED"
-    assert trainer["properties"]["run_fn"] == "components.ml.model.run_fn"
+    assert trainer["properties"]["run_fn"] == "components.training.trainer.run_fn"
     first = inspect(penguin_runs, "executions", "1")
     assert all(e["state"] == "COMPLETE" for e in first)
 

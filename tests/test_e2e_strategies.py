@@ -15,6 +15,7 @@ import pytest
 
 from components.training import cluster
 from components.training import loop as training
+from components.training.settings import TrainingConfig
 from pipeline import mlmd_read
 from tests.test_e2e_local import explain, run_local
 
@@ -79,7 +80,11 @@ def transform_outputs(base_run: str) -> tuple[str, str]:
 
 def run_task(tmp_path, name, examples_uri, transform_graph, **settings):
     task = training.TrainTask.from_transform_output(
-        examples_uri, transform_graph, str(tmp_path / name), "species", **settings
+        examples_uri,
+        transform_graph,
+        str(tmp_path / name),
+        "species",
+        settings=TrainingConfig(**settings),
     )
     launcher = cluster.LocalProcessLauncher(max_restarts=0)
     launcher.run(cluster.ClusterSpec.for_task(task), task)
@@ -142,10 +147,9 @@ def test_killed_worker_resumes_from_backup(base_run, tmp_path):
         transform_graph,
         str(tmp_path / "fault"),
         "species",
-        strategy="multi_worker_mirrored",
-        workers=2,
-        epochs=60,
-        per_replica_batch_size=16,
+        settings=TrainingConfig(
+            strategy="multi_worker_mirrored", workers=2, epochs=60, per_replica_batch_size=16
+        ),
     )
     launcher = cluster.LocalProcessLauncher(max_restarts=1)
     errors = []

@@ -18,8 +18,9 @@ from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACK
 from pipeline import config as config_lib
 from pipeline import flags
 
-IMAGE = "registry.example.com/tfx-scaleout:1.0"
-GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu:1.0"
+# Pinned by digest, as the compiler requires (a tag is refused: see the test below).
+IMAGE = "registry.example.com/tfx-scaleout@sha256:" + "1" * 64
+GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu:1.0@sha256:" + "2" * 64
 BEAM_COMPONENTS = ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")
 COMPONENTS = (
     *BEAM_COMPONENTS,
@@ -330,3 +331,36 @@ def test_user_images_under_a_uri_with_a_curated_schema(tmp_path_factory):
     assert (transform["image_size"], transform["num_output_shards"]) == (96, 4)
     trainer = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
     assert (trainer["image_model"], trainer["learning_rate"]) == ("mobilenet_v2", 0.0005)
+
+
+def test_images_must_be_pinned_by_digest(tmp_path, capsys):
+    """KFP caches by image reference: a tag rebuilt with new code would serve the old results."""
+    argv = [
+        "compile",
+        "--pipeline_root=gs://bucket/tfx",
+        "--image=registry.example.com/tfx-scaleout:1.0",
+        f"--gpu_image={GPU_IMAGE}",
+        f"--output={tmp_path / 'p.yaml'}",
+    ]
+    assert run_kubeflow.main(argv) == run_kubeflow.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "image must be pinned by digest (NAME@sha256:...)" in err
+    assert "--allow_unpinned_images" in err and not (tmp_path / "p.yaml").exists()
+    assert run_kubeflow.main([*argv, "--allow_unpinned_images"]) == 0
+    with open(tmp_path / "p.yaml") as handle:
+        spec = next(yaml.safe_load_all(handle))
+    executors = spec["deploymentSpec"]["executors"].values()
+    images = {e["container"]["image"] for e in executors if "container" in e}
+    assert images == {"registry.example.com/tfx-scaleout:1.0", GPU_IMAGE}
+
+
+def test_components_carry_cache_fingerprints_with_the_schema_shipped_in_the_image(flink_gpu):
+    """KFP caches by a task's parameters too: the code, schema and stack fingerprint is one."""
+    from pipeline import datasets, fingerprints
+
+    spec, _, _ = flink_gpu
+    transform = json.loads(_task_parameter(spec, "Transform", fingerprints.FINGERPRINT_KEY))
+    assert "components/ml/preprocessing.py" in transform["code"]
+    schema = json.loads(_task_parameter(spec, "ImportSchemaGen", fingerprints.FINGERPRINT_KEY))
+    # Read from the local file the image ships (the compiled path is the image's).
+    assert schema["schema"] == fingerprints.file_digest(datasets.penguins().schema_path)

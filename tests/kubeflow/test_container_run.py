@@ -28,8 +28,8 @@ def _compile(tmp_path, *flags: str) -> dict:
     argv = [
         "compile",
         "--pipeline_root=gs://bucket/tfx",
-        "--image=registry.example.com/tfx-scaleout:1.0",
-        "--gpu_image=registry.example.com/tfx-scaleout-gpu:1.0",
+        "--image=registry.example.com/tfx-scaleout@sha256:" + "1" * 64,
+        "--gpu_image=registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64,
         f"--output={package}",
         *flags,
     ]

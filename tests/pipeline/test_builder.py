@@ -5,11 +5,12 @@ from __future__ import annotations
 from tfx.types import channel, standard_artifacts
 
 from components.tfx_components.transform import executor as transform_executor
+from components.tfx_components.transform.component import ShardedTransform
 from pipeline import builder
 
 
 def transform(**kwargs):
-    return builder.ShardedTransform(
+    return ShardedTransform(
         examples=channel.Channel(type=standard_artifacts.Examples),
         schema=channel.Channel(type=standard_artifacts.Schema),
         preprocessing_fn=builder.PREPROCESSING_FN,
