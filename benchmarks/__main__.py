@@ -25,7 +25,9 @@ BENCHMARKS = (
     ("scale", None),
     ("training_throughput", None),
     ("image_ingestion", None),
+    ("training_input", None),
     ("cache_fingerprint", None),
+    ("mlmd_inspect", None),
     ("penguin_vs_tfx_example", "two cold and two warm full pipeline runs, about 7 minutes"),
 )
 

@@ -1,28 +1,37 @@
 """Compile the pipeline for Kubeflow Pipelines v2: the same create_pipeline(config) as the local
-runner, compiled with TFX's KubeflowV2DagRunner, then written as a KFP pipeline file.
+runner, compiled with TFX's KubeflowV2DagRunner, then written as a KFP pipeline file that the
+open-source KFP backend runs (container executors only: the Evaluator's baseline comes from the
+BaselineModel component, not a resolver).
 
 The config differs from a local run's only where Kubeflow needs it: data_root becomes a runtime
-parameter of the compiled pipeline, and the Evaluator's baseline comes from TFX's own
-LatestBlessedModelStrategy (baseline_strategy="latest_blessed"; the v2 compiler turns only
-TFX's strategies into KFP resolver tasks). What is added to the pipeline create_pipeline()
-returns:
+parameter of the compiled pipeline. What is added to the pipeline create_pipeline() returns:
   - per-component resources as each component's platform config (a KFP ResourceSpec: CPU and
     memory limits and requests, `nvidia.com/gpu` for the Trainer), which the compiler copies
     into the container spec;
   - the Trainer's image is the GPU image, every other component's the project's image.
-For multi-worker strategies the launcher (a TFJob: image, replicas' resources, GPU pool,
-policies) is part of the config's training settings, which create_pipeline() writes into the
-Trainer's custom_config like every other training setting.
+For multi-worker strategies the launcher (a TFJob or a TrainJob: image, replicas' resources, GPU
+pool, policies) is part of the config's training settings, which create_pipeline() writes into
+the Trainer's custom_config like every other training setting; the Trainer's pod then only
+follows the job and gets KubeflowConfig.watcher_resources (CPU only).
+
+After compiling, ExampleGen gets the driver TFX runs before it locally, as a task of its own
+(kubeflow.example_gen_driver, never cached): it fingerprints the files under data_root and hands
+span, fingerprint and resolved input config to ExampleGen as parameters, which KFP's cache key
+includes. An unchanged data_root is then a cache hit for every component; new or changed files
+rerun ExampleGen and everything downstream.
 
 The output is the KFP IR YAML the Kubeflow Pipelines API accepts: the PipelineSpec, then a
-PlatformSpec document with the Kubernetes node selector and tolerations of the GPU pods.
+PlatformSpec document (kfp-kubernetes' format) with the GPU pods' node selector and tolerations
+and, with --pvc_name, the volume mounted in every pod.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
+import re
 
 from components.ml import features
 from components.training.settings import GPU_RESOURCE, LocalLauncherConfig
@@ -45,6 +54,14 @@ EXECUTOR_COMMAND = [
 ]
 # Runtime parameter of the compiled pipeline: where the raw data is read from.
 DATA_ROOT_PARAMETER = "data_root"
+# The ExampleGen driver's task (kubeflow/example_gen_driver.py) and what it hands ExampleGen.
+DRIVER_COMMAND = ["python", "-m", "kubeflow.example_gen_driver"]
+DRIVER_SUFFIX = "-driver"
+INPUT_BASE, INPUT_CONFIG = "input_base", "input_config"
+DRIVER_OUTPUTS = {"span": "NUMBER_INTEGER", "input_fingerprint": "STRING", INPUT_CONFIG: "STRING"}
+# What TFX's executors can write artifacts to: TensorFlow 2.16's own file systems.
+OBJECT_STORE_ROOT = re.compile(r"^gs://[^/?]+(/[^?]*)?$")
+S3_SCHEMES = ("s3://", "minio://")
 
 
 def image_path(local_path: str) -> str:
@@ -90,33 +107,32 @@ def kubeflow_dataset(choice: flags.DatasetChoice) -> DatasetConfig:
         )
         return _image_dataset(name, images, schema_path, choice.image_size)
     if choice.kind == datasets.PENGUINS:
-        dataset = datasets.penguins()
+        dataset = datasets.local_dataset(choice, "")
         schema_path = _shipped_schema(datasets.PENGUINS, choice.schema or dataset.schema_path)
-        facts = preflight.check_dataset(dataset)  # the same file the image carries
-        column_types = tuple(facts["column_types"].items())
+        # The same file the image carries: task, delimiter, exclusions and types checked here.
+        facts = preflight.check_dataset(dataset, choice.delimiter, choice.keep_columns)
         return dataclasses.replace(
-            dataset,
+            preflight.resolved(dataset, facts),
             data_root=image_path(dataset.data_root),
             schema_path=image_path(schema_path),
             schema_digest=fingerprints.file_digest(schema_path),
-            column_types=column_types,
         )
     data_root, label = choice.location, choice.label
     # flags.dataset_choice sets both for CSV data (--data needs --label).
     assert data_root is not None and label is not None, "CSV data without location or label"
     name = choice.name or os.path.basename(data_root.rstrip("/")) or "csv"
     schema_path = _curated_schema(name, choice.schema, "dataset", "run locally once")
-    from components.tfx_components.example_gen import csv_reader
-
     # The CSV columns are read in the schema's order on the cluster (no local file to look at).
-    column_types = tuple(csv_reader.schema_column_types(preflight.load_schema(schema_path)).items())
+    settings = preflight.cluster_csv_settings(
+        label, schema_path, choice.task, choice.delimiter, choice.exclude_columns
+    )
     return DatasetConfig(
         name=name,
         data_root=data_root,
         label_key=label,
         schema_path=image_path(schema_path),
         schema_digest=fingerprints.file_digest(schema_path),
-        column_types=column_types,
+        **settings,
     )
 
 
@@ -194,12 +210,13 @@ def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConf
 
     for component in tfx_pipeline.components:
         if not isinstance(component, base_component.BaseComponent):
-            continue  # the resolver runs inside the KFP driver, not in a pod
+            continue  # a node without a pod (an importer, say)
         if component.id == TRAINER_ID:
             resources = kubeflow.trainer_resources
             if not trains_in_trainer_pod(config):
-                # The launcher's pods train; the Trainer's pod only follows them.
-                resources = dataclasses.replace(resources, gpus=0)
+                # The launcher's pods train; the Trainer's pod only follows them: a small
+                # CPU-only request, so it needs no GPU node either.
+                resources = kubeflow.watcher_resources
         elif isinstance(component, base_beam_component.BaseBeamComponent):
             resources = kubeflow.beam_resources
         else:
@@ -225,25 +242,158 @@ def gpu_executors(pipeline_spec: dict) -> list[str]:
 
 def platform_spec(pipeline_spec: dict, kubeflow: KubeflowConfig) -> dict | None:
     """Kubernetes settings per executor (kfp-kubernetes' format): the GPU pool's node selector
-    and tolerations for every executor that requests GPUs."""
+    and tolerations for every executor that requests GPUs; the PVC (--pvc_name) mounted in every
+    executor, since every component reads or writes a path that may lie on it (data_root is a
+    run-time parameter, the Pusher and BaselineModel use the serving directory)."""
     pool = kubeflow.gpu_pool
-    executor_config: dict[str, object] = {}  # nodeSelector: {labels: ...}, tolerations: [...]
+    gpu_config: dict[str, object] = {}  # nodeSelector: {labels: ...}, tolerations: [...]
     if pool.node_selector:
-        executor_config["nodeSelector"] = {"labels": dict(pool.node_selector)}
+        gpu_config["nodeSelector"] = {"labels": dict(pool.node_selector)}
     if pool.tolerations:
-        executor_config["tolerations"] = [t.kubernetes() for t in pool.tolerations]
-    executors = gpu_executors(pipeline_spec)
-    if not executor_config or not executors:
-        return None
-    return {
-        "platforms": {
-            "kubernetes": {
-                "deploymentSpec": {
-                    "executors": {name: copy.deepcopy(executor_config) for name in executors}
+        gpu_config["tolerations"] = [t.kubernetes() for t in pool.tolerations]
+    gpu_labels = set(gpu_executors(pipeline_spec)) if gpu_config else set()
+    executors: dict[str, dict] = {}
+    for label in sorted(pipeline_spec["deploymentSpec"]["executors"]):
+        executor_config = copy.deepcopy(gpu_config) if label in gpu_labels else {}
+        if kubeflow.pvc_name:
+            executor_config["pvcMount"] = [
+                {
+                    # Both forms: pvcNameParameter for KFP >= 2.4, constant for older backends.
+                    "constant": kubeflow.pvc_name,
+                    "pvcNameParameter": {"runtimeValue": {"constant": kubeflow.pvc_name}},
+                    "mountPath": kubeflow.mount_path,
                 }
-            }
+            ]
+        if executor_config:
+            executors[label] = executor_config
+    if not executors:
+        return None
+    return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": executors}}}}
+
+
+def _on_volume(path: str, kubeflow: KubeflowConfig) -> bool:
+    mount = kubeflow.mount_path.rstrip("/")
+    return bool(mount) and (path == mount or path.startswith(mount + "/"))
+
+
+def check_pipeline_root(root: str, flag: str = "--pipeline_root") -> None:
+    """A pipeline root both KFP's launcher and TFX's executors (TensorFlow 2.16) can use: gs://."""
+    if root.startswith(S3_SCHEMES):
+        raise ConfigError(
+            f"invalid {flag} {root}: TFX's executors write artifacts through "
+            "TensorFlow's file systems, and TensorFlow 2.16 has no s3:// or minio:// file "
+            "system in this image (S3 support lives in tensorflow-io, which requirements.lock "
+            "does not pin); use a gs:// pipeline root"
+        )
+    if not OBJECT_STORE_ROOT.match(root):
+        raise ConfigError(
+            f"invalid {flag} {root}: Kubeflow Pipelines' launcher accepts only object-"
+            "store pipeline roots, and this image writes gs://BUCKET[/PATH]; a volume "
+            "(--pvc_name, --mount_path) can hold --data_root and --serving_model_dir, not the "
+            "pipeline root"
+        )
+
+
+def check_storage(config: PipelineConfig, kubeflow: KubeflowConfig) -> None:
+    """Refuses, naming the flag, any location the pods could not read or write.
+
+    KFP's launcher accepts only object-store pipeline roots (gs://, s3://, minio://: it fails
+    the task otherwise), and TFX's executors write artifacts through TensorFlow's file systems,
+    which have gs:// and local paths but no s3:// in this stack (TensorFlow 2.16 moved S3 to
+    tensorflow-io, which the lock does not pin) and no minio:// at all. So the pipeline root is
+    gs://; data and the serving directory may also be paths on the mounted volume."""
+    check_pipeline_root(config.pipeline_root)
+    serving = config.serving_model_dir
+    if not (OBJECT_STORE_ROOT.match(serving) or _on_volume(serving, kubeflow)):
+        where = f" or a path under --mount_path {kubeflow.mount_path}" if kubeflow.pvc_name else ""
+        raise ConfigError(
+            f"invalid --serving_model_dir {serving}: the Pusher and BaselineModel pods share it; "
+            f"use gs://BUCKET/PATH{where}"
+        )
+    data_root = config.dataset.data_root
+    flag = "--images" if config.dataset.is_images else "--data_root"
+    if not (OBJECT_STORE_ROOT.match(data_root) or data_root.startswith("/")):
+        raise ConfigError(
+            f"invalid {flag} {data_root}: the pods read gs://BUCKET/PATH, a path inside the "
+            "image, or a path on the volume mounted at --mount_path"
+            + (
+                " (s3:// has no TensorFlow file system here)"
+                if data_root.startswith(S3_SCHEMES)
+                else ""
+            )
+        )
+
+
+def add_example_gen_driver(
+    pipeline_spec: dict, example_gen_id: str, driver_class_path: str, resources
+) -> str:
+    """Puts ExampleGen's driver in front of it as an uncached task; ExampleGen then takes span,
+    input fingerprint and the resolved input config from it, so its cache key changes exactly
+    when the input files do. Returns the driver's task name."""
+    tasks = pipeline_spec["root"]["dag"]["tasks"]
+    example_gen_task = tasks[example_gen_id]
+    component_name = example_gen_task["componentRef"]["name"]
+    component = pipeline_spec["components"][component_name]
+    executors = pipeline_spec["deploymentSpec"]["executors"]
+    example_gen_container = executors[component["executorLabel"]]["container"]
+
+    driver = f"{example_gen_id}{DRIVER_SUFFIX}"
+    executors[f"{driver}_executor"] = {
+        "container": {
+            "image": example_gen_container["image"],
+            "command": list(DRIVER_COMMAND),
+            "args": ["--driver_class_path", driver_class_path, "--executor_input", "{{$}}"],
+            "resources": resource_spec_dict(resources),
         }
     }
+    pipeline_spec["components"][driver] = {
+        "executorLabel": f"{driver}_executor",
+        "inputDefinitions": {
+            "parameters": {
+                INPUT_BASE: {"parameterType": "STRING"},
+                INPUT_CONFIG: {"parameterType": "STRING"},
+            }
+        },
+        "outputDefinitions": {
+            "parameters": {name: {"parameterType": kind} for name, kind in DRIVER_OUTPUTS.items()}
+        },
+    }
+    parameters = example_gen_task["inputs"]["parameters"]
+    tasks[driver] = {
+        "taskInfo": {"name": driver},
+        "componentRef": {"name": driver},
+        "inputs": {
+            "parameters": {
+                INPUT_BASE: copy.deepcopy(parameters[INPUT_BASE]),
+                INPUT_CONFIG: copy.deepcopy(parameters[INPUT_CONFIG]),
+            }
+        },
+        # It reads the files under data_root, which KFP's cache key cannot see.
+        "cachingOptions": {"enableCache": False},
+    }
+    for name in DRIVER_OUTPUTS:
+        parameters[name] = {
+            "taskOutputParameter": {"producerTask": driver, "outputParameterKey": name}
+        }
+    example_gen_task["dependentTasks"] = sorted(
+        {*example_gen_task.get("dependentTasks", []), driver}
+    )
+    definitions = component["inputDefinitions"]["parameters"]
+    for name, kind in DRIVER_OUTPUTS.items():
+        definitions[name] = {"parameterType": kind}
+    # TFX's entry point types the execution properties from this copy of the inputs spec.
+    args = example_gen_container["args"]
+    position = args.index("--json_serialized_inputs_spec_args") + 1
+    inputs_spec = json.loads(args[position])
+    inputs_spec["parameters"] = copy.deepcopy(definitions)
+    args[position] = json.dumps(inputs_spec, indent=2, sort_keys=True)
+    return driver
+
+
+def resource_spec_dict(resources: Resources) -> dict:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(resource_spec(resources))
 
 
 def compile_pipeline(
@@ -259,13 +409,12 @@ def compile_pipeline(
 
     config.validate()
     kubeflow.validate()
+    check_storage(config, kubeflow)
     data_root = data_types.RuntimeParameter(
         name=DATA_ROOT_PARAMETER, ptype=str, default=config.dataset.data_root
     )
     runtime_config = dataclasses.replace(
-        config,
-        dataset=dataclasses.replace(config.dataset, data_root=data_root),
-        baseline_strategy="latest_blessed",
+        config, dataset=dataclasses.replace(config.dataset, data_root=data_root)
     )
     tfx_pipeline = attach_platform(builder.create_pipeline(runtime_config), config, kubeflow)
     images = {DEFAULT_IMAGE_PATH_KEY: kubeflow.image, TRAINER_ID: kubeflow.gpu_image}
@@ -286,14 +435,15 @@ def compile_pipeline(
     root_inputs[DATA_ROOT_PARAMETER]["defaultValue"] = config.dataset.data_root
     # The KFP API reads the pipeline root from the spec (a run may override it).
     pipeline_spec["defaultPipelineRoot"] = config.pipeline_root
-    # Locally, ExampleGen's driver fingerprints the input files, so new data under the same
-    # data_root is read again. KFP caches by parameters alone and runs no TFX driver: it would
-    # reuse the old examples. Ingestion therefore always runs (the tasks after it are cached
-    # only when their inputs are unchanged).
     for component in tfx_pipeline.components:
         if component.id in pipeline_spec["root"]["dag"]["tasks"] and _reads_raw_data(component):
-            task = pipeline_spec["root"]["dag"]["tasks"][component.id]
-            task["cachingOptions"] = {"enableCache": False}
+            driver_class = component.driver_class
+            add_example_gen_driver(
+                pipeline_spec,
+                component.id,
+                f"{driver_class.__module__}.{driver_class.__name__}",
+                kubeflow.default_resources,
+            )
     documents = [pipeline_spec]
     platform = platform_spec(pipeline_spec, kubeflow)
     if platform:

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from components import PROGRESS_LOGGER
+from components import PROGRESS_LOGGER, ConfigError
 
 log = std_logging.getLogger("tfx_scaleout.deploy")
 progress_log = std_logging.getLogger(PROGRESS_LOGGER)
@@ -41,6 +41,46 @@ class Deployment:
     version_id: str
     run_id: str | None = None
     state: str | None = None
+
+
+def check_package(package_path: str, pipeline_name: str | None) -> str:
+    """The pipeline name to upload under, once the file is known to be a compiled pipeline the
+    open-source backend runs and, with --pipeline_name, one compiled for that pipeline (a
+    version of another pipeline would mix two pipelines' runs and KFP cache, which is scoped by
+    pipeline name). Raises ConfigError naming the flag; nothing is uploaded then."""
+    import yaml
+
+    try:
+        with open(package_path) as handle:
+            documents = list(yaml.safe_load_all(handle))
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"invalid --package {package_path}: {error}") from None
+    spec = documents[0] if documents and isinstance(documents[0], dict) else {}
+    compiled_name = (spec.get("pipelineInfo") or {}).get("name")
+    if not compiled_name or "deploymentSpec" not in spec or "root" not in spec:
+        raise ConfigError(
+            f"invalid --package {package_path}: not a compiled KFP pipeline file (no "
+            "pipelineInfo.name, root and deploymentSpec); run `compile` first"
+        )
+    executors = (spec.get("deploymentSpec") or {}).get("executors") or {}
+    unsupported = sorted(
+        label
+        for label, executor in executors.items()
+        if "container" not in executor and "importer" not in executor
+    )
+    if unsupported:
+        raise ConfigError(
+            f"invalid --package {package_path}: executor(s) {unsupported} are neither containers "
+            "nor importers (resolvers, say), which open-source Kubeflow Pipelines refuses; "
+            "recompile it with this version of `compile`"
+        )
+    if pipeline_name and pipeline_name != compiled_name:
+        raise ConfigError(
+            f"invalid --pipeline_name {pipeline_name!r}: --package {package_path} was compiled "
+            f"for pipeline {compiled_name!r}; compile it with --pipeline_name {pipeline_name} "
+            "or leave --pipeline_name out"
+        )
+    return compiled_name
 
 
 def _api_error(action: str, endpoint: str, error: Exception) -> DeployError:

@@ -2,13 +2,17 @@
 
     python kubeflow/run_kubeflow.py compile --pipeline_root gs://BUCKET/tfx \
         --image REGISTRY/tfx-scaleout:TAG --gpu_image REGISTRY/tfx-scaleout-gpu:TAG
+    python kubeflow/run_kubeflow.py manifests <compile's flags> --strategy multi_worker_mirrored \
+        --workers 2 --launcher trainjob | kubectl apply -n NAMESPACE -f -   # or review them
     python kubeflow/run_kubeflow.py deploy --endpoint http://localhost:8080 --run --wait
 
 compile: create_pipeline(config) (the same function run_local.py uses) compiled with TFX's
 KubeflowV2DagRunner into a KFP IR YAML file, with per-component resources, the GPU image and
-pool for the Trainer, the Beam runner's arguments, and (multi-worker strategies) the TFJob
-launcher; tabular (penguins in the image, or --data_root/--label) or images (--dataset digits in
-the image, or --images with a curated schema). deploy: upload (a new version when the pipeline
+pool for the Trainer, the Beam runner's arguments, and (multi-worker strategies) the launcher:
+a Training Operator v1 TFJob or a Kubeflow Trainer v2 TrainJob (--launcher); manifests: the
+Kubernetes objects that launcher would create, as YAML. Tabular (penguins in the image, or
+--data_root/--label) or images (--dataset digits in the image, or --images with a curated
+schema). deploy: upload (a new version when the pipeline
 exists), optionally start a run and follow it. Credentials only from the environment
 (KF_PIPELINES_TOKEN, kubeconfig).
 """
@@ -27,13 +31,16 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 
 from components.training.settings import (  # noqa: E402
     DELETE_POLICIES,
+    GANG_SCHEDULERS,
+    RUNTIME_KINDS,
     GpuPool,
     Resources,
     TFJobConfig,
     Toleration,
+    TrainJobConfig,
 )
 from kubeflow import config as kf_config  # noqa: E402
-from pipeline import beam_runners, flags  # noqa: E402
+from pipeline import beam_runners, flags, preflight  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 
 EXIT_FAILED = 1
@@ -46,12 +53,11 @@ TRANSFORM_SHARDS = 8
 
 def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     kubeflow = kf_config.KubeflowConfig(image="-", gpu_image="-")
-    tfjob = TFJobConfig()
     parser.add_argument("--output", default=DEFAULT_PACKAGE, help="the KFP pipeline file")
     parser.add_argument(
         "--pipeline_root",
         required=True,
-        help="artifacts: gs://, s3:// (MinIO) or a path on a volume mounted in every pod",
+        help="artifacts: gs://BUCKET[/PATH] (what KFP's launcher and TensorFlow both accept)",
     )
     parser.add_argument(
         "--serving_model_dir", default=None, help="default: <pipeline_root>/serving_model"
@@ -59,8 +65,8 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     flags.add_common_flags(
         parser,
         data_flag="--data_root",
-        where="a URI the pods read (gs://, s3://, a mounted path; the default value of the "
-        "compiled pipeline's data_root parameter)",
+        where="a location the pods read (gs://, a path in the image or on --pvc_name; the "
+        "default of the compiled pipeline's data_root parameter)",
         example_shards=EXAMPLE_SHARDS,
         transform_shards=TRANSFORM_SHARDS,
         local=False,
@@ -106,17 +112,11 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         metavar="KEY[=VALUE][:EFFECT]",
         help="taint of the GPU pool to tolerate, repeatable (default: nvidia.com/gpu)",
     )
+    _add_launcher_flags(parser)
     parser.add_argument(
-        "--launcher",
-        choices=kf_config.LAUNCHERS,
-        default=TFJobConfig.KIND,
-        help="multi-worker strategies: a TFJob (tfjob) or processes in the Trainer's pod (local)",
-    )
-    parser.add_argument("--tfjob_namespace", default=tfjob.namespace)
-    parser.add_argument("--tfjob_delete", choices=DELETE_POLICIES, default=tfjob.delete_policy)
-    parser.add_argument("--tfjob_service_account", default="")
-    parser.add_argument(
-        "--pvc_name", default="", help="PVC holding the pipeline root (when it is a mounted path)"
+        "--pvc_name",
+        default="",
+        help="PVC mounted in every pod at --mount_path (data, served models, TFJob pods)",
     )
     parser.add_argument("--mount_path", default="", help="where the PVC is mounted in the pods")
     parser.add_argument(
@@ -126,6 +126,74 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         help="DirectRunner inside the component's pod",
     )
     parser.add_argument("--beam_workers", type=int, default=1)
+
+
+def _add_launcher_flags(parser: argparse.ArgumentParser) -> None:
+    """Where multi-worker strategies train (README: "Multi-worker training on Kubernetes")."""
+    job = TFJobConfig()
+    group = parser.add_argument_group(
+        "multi-worker launcher (multi_worker_mirrored, parameter_server)"
+    )
+    group.add_argument(
+        "--launcher",
+        choices=kf_config.LAUNCHERS,
+        default=TFJobConfig.KIND,
+        help="tfjob: a Training Operator v1 (1.9) TFJob; trainjob: a Kubeflow Trainer v2 (2.3) "
+        "TrainJob on this project's TensorFlow runtime; local: processes in the Trainer's pod",
+    )
+    group.add_argument(
+        "--job_namespace",
+        "--tfjob_namespace",
+        dest="job_namespace",
+        default=job.namespace,
+        help="namespace of the job (default: the Trainer pod's own, e.g. the Kubeflow profile)",
+    )
+    group.add_argument(
+        "--job_service_account",
+        "--tfjob_service_account",
+        dest="job_service_account",
+        default=job.service_account,
+        help="service account of the job's pods (default: the Trainer pod's own, which holds "
+        "the pipeline root's storage credentials)",
+    )
+    group.add_argument(
+        "--job_delete",
+        "--tfjob_delete",
+        dest="job_delete",
+        choices=DELETE_POLICIES,
+        default=job.delete_policy,
+        help="delete the job after success, always, or never (a cancelled run always deletes)",
+    )
+    group.add_argument(
+        "--job_deadline_seconds",
+        type=int,
+        default=job.active_deadline_seconds,
+        help="the job fails and frees its nodes after this long (activeDeadlineSeconds)",
+    )
+    group.add_argument(
+        "--gang_scheduling",
+        choices=GANG_SCHEDULERS,
+        default=job.gang_scheduling,
+        help="schedule all pods at once or none (TFJob: the operator's gang scheduler; "
+        "TrainJob: the runtime's podGroupPolicy)",
+    )
+    group.add_argument(
+        "--gang_schedule_timeout_seconds", type=int, default=job.gang_schedule_timeout_seconds
+    )
+    group.add_argument("--worker_cpu", type=float, default=job.worker.cpu, help="per worker pod")
+    group.add_argument(
+        "--worker_memory_gb", type=float, default=job.worker.memory_gb, help="per worker pod"
+    )
+    group.add_argument(
+        "--trainjob_runtime",
+        default="",
+        help="(Cluster)TrainingRuntime name (default: this project's for the strategy)",
+    )
+    group.add_argument(
+        "--trainjob_runtime_kind",
+        choices=RUNTIME_KINDS,
+        default=TrainJobConfig().runtime_kind,
+    )
 
 
 def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
@@ -156,6 +224,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_kubeflow.py", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     _add_compile_flags(commands.add_parser("compile", help="compile the pipeline to a KFP file"))
+    _add_compile_flags(
+        commands.add_parser(
+            "manifests",
+            help="print, as YAML, every Kubernetes object the launcher would create (compile's "
+            "flags)",
+        )
+    )
     _add_deploy_flags(commands.add_parser("deploy", help="upload, run, follow"))
     return parser.parse_args(argv)
 
@@ -170,11 +245,63 @@ def _pairs(values: list[str], flag: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+    """Counts and sizes a Kubernetes object would reject, named by their flag."""
+    for flag_name in (
+        "gpus",
+        "trainer_cpu",
+        "trainer_memory_gb",
+        "beam_cpu",
+        "beam_memory_gb",
+        "worker_cpu",
+        "worker_memory_gb",
+        "gang_schedule_timeout_seconds",
+    ):
+        value = getattr(args, flag_name)
+        if value < 0:
+            raise config_lib.ConfigError(f"invalid --{flag_name} {value}: must be >= 0")
+    if args.job_deadline_seconds < 1:
+        raise config_lib.ConfigError(
+            f"invalid --job_deadline_seconds {args.job_deadline_seconds}: must be >= 1"
+        )
+
+
+def _kubernetes_job(args: argparse.Namespace, training) -> TFJobConfig | TrainJobConfig:
+    """The TFJob or TrainJob settings the launcher flags ask for (validated: errors name the
+    flag)."""
+    shared = dict(
+        namespace=args.job_namespace,
+        service_account=args.job_service_account,
+        worker=Resources(cpu=args.worker_cpu, memory_gb=args.worker_memory_gb, gpus=args.gpus),
+        delete_policy=args.job_delete,
+        active_deadline_seconds=args.job_deadline_seconds,
+        gang_scheduling=args.gang_scheduling,
+        gang_schedule_timeout_seconds=args.gang_schedule_timeout_seconds,
+        pvc_name=args.pvc_name,
+        mount_path=args.mount_path,
+        # Validated with the image filled in by KubeflowConfig.kubernetes_job.
+        image=args.gpu_image,
+    )
+    job: TFJobConfig | TrainJobConfig
+    if args.launcher == TFJobConfig.KIND:
+        job = TFJobConfig(**shared, backoff_limit=training.max_restarts + 1)
+    else:
+        job = TrainJobConfig(
+            **shared,
+            runtime_name=args.trainjob_runtime,
+            runtime_kind=args.trainjob_runtime_kind,
+            max_restarts=training.max_restarts,
+        )
+    job.validate()
+    return job
+
+
 def build_configs(
     args: argparse.Namespace,
 ) -> tuple[config_lib.PipelineConfig, kf_config.KubeflowConfig]:
     from kubeflow import compile as compiler
 
+    _check_counts(args)
     dataset = compiler.kubeflow_dataset(flags.dataset_choice(args))
     name = args.pipeline_name or f"{dataset.name}-pipeline"
     root = args.pipeline_root.rstrip("/")
@@ -194,23 +321,14 @@ def build_configs(
             node_selector=_pairs(args.node_selector, "--node_selector"), tolerations=tolerations
         ),
         allow_unpinned_images=args.allow_unpinned_images,
+        pvc_name=args.pvc_name,
+        mount_path=args.mount_path,
     ).validate()
     training = flags.training_config(args, dataset)
-    if args.launcher == TFJobConfig.KIND and training.needs_cluster:
-        defaults = TFJobConfig()
-        launcher = kubeflow.tfjob(
-            TFJobConfig(
-                namespace=args.tfjob_namespace,
-                worker=dataclasses.replace(defaults.worker, gpus=args.gpus),
-                chief=dataclasses.replace(defaults.chief, gpus=args.gpus),
-                delete_policy=args.tfjob_delete,
-                service_account=args.tfjob_service_account,
-                pvc_name=args.pvc_name,
-                mount_path=args.mount_path,
-                backoff_limit=training.max_restarts + 1,
-            )
+    if args.launcher in (TFJobConfig.KIND, TrainJobConfig.KIND) and training.needs_cluster:
+        training = dataclasses.replace(
+            training, launcher=kubeflow.kubernetes_job(_kubernetes_job(args, training))
         )
-        training = dataclasses.replace(training, launcher=launcher)
     direct = config_lib.BeamConfig(
         mode=args.beam_mode, num_workers=args.beam_workers, extra_args=tuple(args.beam_arg)
     )
@@ -230,7 +348,7 @@ def build_configs(
         ),
         max_rejected_fraction=args.max_rejected_fraction,
         accuracy_threshold=args.accuracy_threshold,
-        baseline_strategy="latest_blessed",
+        min_regression_skill=args.min_regression_skill,
     ).validate()
     return config, kubeflow
 
@@ -256,18 +374,55 @@ def run_compile(args: argparse.Namespace, out) -> int:
     return 0
 
 
-def run_deploy(args: argparse.Namespace, out) -> int:
+def run_manifests(args: argparse.Namespace, out) -> int:
+    """Every Kubernetes object the chosen launcher would create, as multi-document YAML (review
+    them, or apply them through GitOps): the job, and for a TrainJob its runtime."""
     import yaml
 
+    from components.training import launchers
+
+    config, _ = build_configs(args)
+    training = config.training
+    if not training.needs_cluster or not isinstance(
+        training.launcher, (TFJobConfig, TrainJobConfig)
+    ):
+        raise config_lib.ConfigError(
+            f"invalid --launcher {args.launcher} / --strategy {training.strategy}: only the tfjob "
+            "and trainjob launchers of a multi-worker strategy create Kubernetes objects"
+        )
+    # The model run directory (the job's name and task file) is per Trainer execution.
+    model_run_dir = f"{config.pipeline_root}/{config.pipeline_name}/RUN/Trainer/model_run"
+    documents = launchers.dry_run_manifests(training, model_run_dir)
+    out.write(
+        f"# {type(training.launcher).KIND} objects for {config.pipeline_name} "
+        f"({training.strategy}, workers={training.workers}, ps={training.ps}).\n"
+        "# Per run: the job's name and task file (shown for a run's Trainer under RUN); at run\n"
+        "# time an empty namespace or service account is the Trainer pod's own and the job is\n"
+        "# owned by that pod.\n"
+    )
+
+    class PlainDumper(yaml.SafeDumper):
+        """No anchors/aliases for objects that repeat (the exit-code lists): plain YAML."""
+
+        def ignore_aliases(self, data) -> bool:
+            return True
+
+    yaml.dump_all(documents, out, Dumper=PlainDumper, sort_keys=False, explicit_start=True)
+    return 0
+
+
+def run_deploy(args: argparse.Namespace, out) -> int:
     from kubeflow import deploy
 
     if not os.path.isfile(args.package):
         raise config_lib.ConfigError(
             f"invalid --package {args.package}: no such file (run `compile` first)"
         )
-    with open(args.package) as handle:
-        spec = next(yaml.safe_load_all(handle))
-    name = args.pipeline_name or spec["pipelineInfo"]["name"]
+    name = deploy.check_package(args.package, args.pipeline_name)
+    if args.run_pipeline_root:
+        from kubeflow import compile as compiler
+
+        compiler.check_pipeline_root(args.run_pipeline_root, "--run_pipeline_root")
     version = args.version_name or deploy.default_version_name()
     connection = deploy.connect(args.endpoint, args.namespace)
     deployment = deploy.upload(connection, args.package, name, version)
@@ -314,8 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compile":
             return run_compile(args, sys.stdout)
+        if args.command == "manifests":
+            return run_manifests(args, sys.stdout)
         return run_deploy(args, sys.stdout)
-    except config_lib.ConfigError as error:
+    except (config_lib.ConfigError, preflight.InputError) as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
     except deploy.DeployError as error:

@@ -3,7 +3,8 @@
   ShardedCsvExampleGen | ImageExampleGen -> StatisticsGen
     -> ImportSchemaGen (curated) | SchemaGen (first use)
     -> ExampleValidator (fails on anomalies) -> Transform (sharded output) -> Trainer
-    -> baseline resolver -> Evaluator (threshold + no regression) -> Pusher
+    -> BaselineModel (newest pushed model but the candidate) -> Evaluator (threshold + no
+       regression) -> Pusher
 
 No environment reads and no data I/O: runners (local, Kubeflow) build the config and hand it
 over. User code is referenced by module path from the installed package; so that an edit to it
@@ -19,23 +20,19 @@ import tensorflow_model_analysis as tfma
 # Component modules, not `tfx.v1`: the v1 facade also imports the Google Cloud extensions
 # (about 5 s of a 15 s start-up), which a local or Kubeflow run never uses.
 from tfx.components import (
-    Evaluator,
     Pusher,
     SchemaGen,
     StatisticsGen,
     Trainer,
 )
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
-from tfx.dsl.components.common.resolver import Resolver
-from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
-    LatestBlessedModelStrategy,
-)
 from tfx.orchestration import pipeline
 from tfx.proto import pusher_pb2, trainer_pb2
-from tfx.types import Channel, standard_artifacts
 
-from components.ml import features
-from components.tfx_components import baseline
+from components.ml import features, metrics
+from components.tfx_components.baseline_model import spec as baseline_spec
+from components.tfx_components.baseline_model.component import BaselineModel
+from components.tfx_components.evaluator.component import BaselineEvaluator
 from components.tfx_components.example_gen.component import ShardedCsvExampleGen
 from components.tfx_components.image_example_gen.component import ImageExampleGen
 from components.tfx_components.transform import executor as transform_executor
@@ -46,21 +43,68 @@ from pipeline.config import DatasetConfig, PipelineConfig
 
 PREPROCESSING_FN = "components.ml.preprocessing.preprocessing_fn"
 IMAGE_PREPROCESSING_FN = "components.ml.image_preprocessing.preprocessing_fn"
-IMAGE_TRANSFORM_BATCH_SIZE = 128
+# Rows per tf.Transform batch for images: encoded bytes (tens of KB each), not decoded pixels, so
+# larger batches than the 128 decoded images did fit; still far below the default 10,000 rows.
+IMAGE_TRANSFORM_BATCH_SIZE = 1024
 RUN_FN = "components.training.trainer.run_fn"
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
 
 def image_transform_config(image_size: int) -> dict:
-    """Transform settings for images: the resize target, and small batches (tf.Transform's
-    default of 10,000 rows would hold 10,000 decoded images in memory at once)."""
+    """Transform settings for images: the resize target (recorded in the transform graph, which
+    keeps the encoded bytes; the trainer, TFMA and serving decode), and bounded batches."""
     return {
         features.IMAGE_SIZE_CONFIG: image_size,
         transform_executor.BATCH_SIZE_CONFIG_KEY: IMAGE_TRANSFORM_BATCH_SIZE,
     }
 
 
+def regression_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """Two views of one prediction: in the label's units (the raw label; MAE, RMSE) and z-scored
+    by the training mean and deviation (the transformed label), where predicting the training
+    mean scores 0: mse_skill = 1 - MSE / MSE(training mean) must reach min_regression_skill and
+    must not drop below the previous blessed model's."""
+    units, normalized = features.PREDICTION, features.NORMALIZED_PREDICTION
+    skill = tfma.MetricConfig(
+        class_name="MeanSquaredErrorSkill",
+        module=metrics.__name__,
+        threshold=tfma.MetricThreshold(
+            value_threshold=tfma.GenericValueThreshold(
+                lower_bound={"value": config.min_regression_skill}
+            ),
+            change_threshold=tfma.GenericChangeThreshold(
+                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+            ),
+        ),
+    )
+    label = config.dataset.label_key
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name=features.SERVING_SIGNATURE,
+                label_keys={units: label, normalized: features.transformed_name(label)},
+                prediction_keys={units: units, normalized: normalized},
+                preprocessing_function_names=[features.TRANSFORM_SIGNATURE],
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                    tfma.MetricConfig(class_name="MeanAbsoluteError"),
+                    tfma.MetricConfig(class_name="RootMeanSquaredError"),
+                ],
+                output_names=[units],
+            ),
+            tfma.MetricsSpec(metrics=[skill], output_names=[normalized]),
+        ],
+    )
+
+
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    if config.dataset.task == "regression":
+        return regression_eval_config(config)
     accuracy = tfma.MetricConfig(
         class_name="SparseCategoricalAccuracy",
         threshold=tfma.MetricThreshold(
@@ -115,6 +159,9 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
             null_values=dataset.null_values,
             column_types=dict(dataset.column_types),
             max_rejected_fraction=config.max_rejected_fraction,
+            delimiter=dataset.delimiter,
+            excluded_columns=dataset.excluded_columns,
+            label_key=dataset.label_key,
         ).with_id("CsvExampleGen")
 
     statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
@@ -134,6 +181,7 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         preprocessing_fn=IMAGE_PREPROCESSING_FN if dataset.is_images else PREPROCESSING_FN,
         custom_config={
             features.LABEL_KEY_CONFIG: dataset.label_key,
+            features.TASK_CONFIG: dataset.task,
             transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
             **(image_transform_config(dataset.image_size) if dataset.is_images else {}),
         },
@@ -153,28 +201,20 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         custom_config=training.to_custom_config(dataset.label_key),
     )
 
-    if config.baseline_strategy == "latest_blessed":
-        # TFX's own strategy: the only kind KubeflowV2DagRunner compiles (to KFP resolver tasks).
-        baseline_resolver = Resolver(
-            strategy_class=LatestBlessedModelStrategy,
-            model=Channel(type=standard_artifacts.Model),
-            model_blessing=Channel(type=standard_artifacts.ModelBlessing),
-        ).with_id("baseline_model_resolver")
-    else:
-        baseline_resolver = Resolver(
-            strategy_class=baseline.PreviousBlessedModelStrategy,
-            candidate=trainer.outputs["model"],
-            model=Channel(type=standard_artifacts.Model),
-            model_blessing=Channel(type=standard_artifacts.ModelBlessing),
-        ).with_id("baseline_model_resolver")
+    # The newest model the Pusher pushed that is not this candidate: a container component, so
+    # that open-source Kubeflow Pipelines (which runs no resolver) and a local run find the
+    # baseline the same way (components.tfx_components.baseline says why).
+    baseline_model = BaselineModel(
+        candidate=trainer.outputs["model"], serving_model_dir=config.serving_model_dir
+    ).with_id("BaselineModel")
 
-    evaluator = Evaluator(
+    evaluator = BaselineEvaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
-        baseline_model=baseline_resolver.outputs[baseline.MODEL_KEY],
+        baseline_model=baseline_model.outputs[baseline_spec.BASELINE_KEY],
         eval_config=eval_config(config),
         example_splits=[EVAL_SPLIT],
-    )
+    ).with_id("Evaluator")
     pusher = Pusher(
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],
@@ -191,7 +231,7 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         example_validator,
         transform,
         trainer,
-        baseline_resolver,
+        baseline_model,
         evaluator,
         pusher,
     ]

@@ -16,8 +16,10 @@ from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "flink", "spark", "dataflow")
 PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
-BASELINE_STRATEGIES = ("previous_blessed", "latest_blessed")
 DATASET_KINDS = ("csv", "images")
+# What the model predicts: class names, or a number in the label's units. "auto" (a flag value)
+# is resolved by the pre-flight check from the label's values before a config is built.
+TASKS = ("classification", "regression")
 # MobileNetV2 needs at least 32x32 inputs.
 MIN_IMAGE_SIZE = 32
 # Transform's output for images: 0 shards, streamed one file per Beam bundle (components'
@@ -49,6 +51,12 @@ class DatasetConfig:
     kind: str = "csv"
     # Images: side of the square the transform graph resizes every image to.
     image_size: int = 32
+    task: str = "classification"
+    # CSV field separator (the pre-flight check sniffs it unless --delimiter forces one).
+    delimiter: str = ","
+    # Columns that are not features: never written by ExampleGen (--exclude_columns, likely
+    # identifiers of an inferred schema, columns a curated schema marks DISABLED).
+    excluded_columns: tuple[str, ...] = ()
 
     @property
     def is_images(self) -> bool:
@@ -245,10 +253,9 @@ class PipelineConfig:
     # ExampleGen fails when more than this fraction of rows is rejected (0: any reject fails).
     max_rejected_fraction: float = 0.0
     accuracy_threshold: float = 0.9
-    # Evaluator baseline: "previous_blessed" (newest blessed model older than the candidate, which
-    # keeps an unchanged rerun cached) or "latest_blessed" (TFX's own strategy; the only kind the
-    # Kubeflow v2 compiler supports, so kubeflow/ selects it).
-    baseline_strategy: str = "previous_blessed"
+    # Regression: the model is blessed when its eval mean squared error is at most (1 - this)
+    # times that of predicting the training mean (skill = 1 - MSE / MSE_mean >= this).
+    min_regression_skill: float = 0.1
     enable_cache: bool = True
     # None: SQLite at metadata_path.
     mysql: MySQLConfig | None = None
@@ -307,9 +314,9 @@ class PipelineConfig:
             f"must be in [0, 1], got {self.accuracy_threshold}",
         )
         _require(
-            self.baseline_strategy in BASELINE_STRATEGIES,
-            "baseline_strategy",
-            f"must be one of {BASELINE_STRATEGIES}, got {self.baseline_strategy!r}",
+            0.0 <= self.min_regression_skill < 1.0,
+            "min_regression_skill",
+            f"must be in [0, 1), got {self.min_regression_skill}",
         )
         self.beam.validate()
         training = self.training.validate()
@@ -325,6 +332,26 @@ class PipelineConfig:
             self.dataset.kind in DATASET_KINDS,
             "dataset.kind",
             f"must be one of {DATASET_KINDS}, got {self.dataset.kind!r}",
+        )
+        _require(
+            self.dataset.task in TASKS,
+            "dataset.task",
+            f"must be one of {TASKS}, got {self.dataset.task!r}",
+        )
+        _require(
+            self.dataset.task == "classification" or not self.dataset.is_images,
+            "dataset.task",
+            "must be classification for image folders",
+        )
+        _require(
+            len(self.dataset.delimiter) == 1,
+            "dataset.delimiter",
+            f"must be one character, got {self.dataset.delimiter!r}",
+        )
+        _require(
+            self.dataset.label_key not in self.dataset.excluded_columns,
+            "dataset.excluded_columns",
+            f"must not hold the label column {self.dataset.label_key!r}",
         )
         _require(
             self.dataset.image_size >= MIN_IMAGE_SIZE,

@@ -39,8 +39,16 @@ def penguins() -> DatasetConfig:
 
 
 def user_csv(
-    data_root: str, label_key: str, name: str | None = None, schema_path: str | None = None
+    data_root: str,
+    label_key: str,
+    name: str | None = None,
+    schema_path: str | None = None,
+    *,
+    task: str = "classification",
+    excluded_columns: tuple[str, ...] = (),
 ) -> DatasetConfig:
+    """task "auto" (the flag's default) and the delimiter are settled by the pre-flight check
+    (preflight.resolved)."""
     data_root = os.path.abspath(data_root)
     name = name or os.path.basename(data_root.rstrip(os.sep)) or "csv"
     return DatasetConfig(
@@ -48,6 +56,8 @@ def user_csv(
         data_root=data_root,
         label_key=label_key,
         schema_path=os.path.abspath(schema_path) if schema_path else curated_schema_path(name),
+        task=task,
+        excluded_columns=excluded_columns,
     )
 
 
@@ -91,7 +101,13 @@ def user_images(
 
 def synth(data_root: str) -> DatasetConfig:
     """A directory written by pipeline.synth_data, with its curated schema."""
-    return user_csv(data_root, SYNTH_LABEL_KEY, name=SYNTH, schema_path=curated_schema_path(SYNTH))
+    return user_csv(
+        data_root,
+        SYNTH_LABEL_KEY,
+        name=SYNTH,
+        schema_path=curated_schema_path(SYNTH),
+        task="classification",
+    )
 
 
 def local_dataset(choice, output_root: str) -> DatasetConfig:
@@ -99,8 +115,22 @@ def local_dataset(choice, output_root: str) -> DatasetConfig:
     if choice.kind == "images":
         return user_images(choice.location, choice.image_size, choice.name, choice.schema)
     if choice.kind == "csv":
-        return user_csv(choice.location, choice.label, choice.name, choice.schema)
-    dataset = digits(output_root, choice.image_size) if choice.kind == DIGITS else penguins()
+        return user_csv(
+            choice.location,
+            choice.label,
+            choice.name,
+            choice.schema,
+            task=choice.task,
+            excluded_columns=choice.exclude_columns,
+        )
+    if choice.kind == DIGITS:
+        dataset = digits(output_root, choice.image_size)
+    else:
+        dataset = dataclasses.replace(
+            penguins(),
+            task="classification" if choice.task == "auto" else choice.task,
+            excluded_columns=choice.exclude_columns,
+        )
     if choice.schema:
         dataset = dataclasses.replace(dataset, schema_path=os.path.abspath(choice.schema))
     return dataset

@@ -139,7 +139,26 @@ def code_roots(component) -> list[str]:
     for value in component.exec_properties.values():
         if isinstance(value, str) and "." in value and module_file(value.rpartition(".")[0]):
             roots.append(value.rpartition(".")[0])
+        roots.extend(_metric_modules(value))
     return [root for root in roots if module_file(root)]
+
+
+def _metric_modules(value: Any) -> list[str]:
+    """The modules an EvalConfig (an Evaluator's exec property, as JSON) loads metrics from."""
+    if not (isinstance(value, str) and value.lstrip().startswith("{")):
+        return []
+    try:
+        config = json.loads(value)
+    except ValueError:
+        return []
+    if not isinstance(config, dict):
+        return []
+    return [
+        metric["module"]
+        for spec in config.get("metrics_specs") or config.get("metricsSpecs") or []
+        for metric in spec.get("metrics", [])
+        if metric.get("module")
+    ]
 
 
 def fingerprint(component, schema_digest: str | None = None) -> dict[str, Any]:

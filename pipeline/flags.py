@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import typing
 from typing import Any
 
 from components import ConfigError
 from components.training.settings import TrainingConfig
-from pipeline import beam_runners, datasets
+from pipeline import beam_runners, datasets, preflight
 from pipeline import config as config_lib
 
 _TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if "flag" in f.metadata}
@@ -95,7 +96,14 @@ def add_pipeline_flags(
         "--accuracy_threshold",
         type=float,
         default=defaults["accuracy_threshold"].default,
-        help="Evaluator blesses the model only at or above this accuracy",
+        help="classification: Evaluator blesses the model only at or above this accuracy",
+    )
+    parser.add_argument(
+        "--min_regression_skill",
+        type=float,
+        default=defaults["min_regression_skill"].default,
+        help="regression: Evaluator blesses the model only when its eval mean squared error is "
+        "at most (1 - this) x that of predicting the training mean",
     )
     parser.add_argument(
         "--beam_arg",
@@ -136,6 +144,32 @@ def add_dataset_flags(parser: argparse.ArgumentParser, *, data_flag: str, where:
         "--dataset_name", default=None, help="default: the last name of the data or images path"
     )
     parser.add_argument(
+        "--task",
+        choices=("auto", *config_lib.TASKS),
+        default="auto",
+        help="auto: a string label, or integers with at most "
+        f"{preflight.MAX_AUTO_CLASSES} distinct values, is classified; other numbers are regressed",
+    )
+    parser.add_argument(
+        "--delimiter",
+        default=None,
+        help="CSV field separator (default: sniffed from the header: comma, semicolon, tab "
+        "or pipe); a tab as '\\t'",
+    )
+    parser.add_argument(
+        "--exclude_columns",
+        type=_column_list,
+        default=(),
+        help="comma-separated CSV columns that are not features (ids, dates, leaks)",
+    )
+    parser.add_argument(
+        "--keep_columns",
+        type=_column_list,
+        default=(),
+        help="comma-separated columns to keep as features although they look like identifiers "
+        "(near-unique strings, left out of an inferred schema)",
+    )
+    parser.add_argument(
         "--image_size",
         type=int,
         default=datasets.DIGITS_IMAGE_SIZE,
@@ -153,6 +187,12 @@ class DatasetChoice:
     schema: str | None = None
     name: str | None = None
     image_size: int = datasets.DIGITS_IMAGE_SIZE
+    # CSV data only: what to predict ("auto": from the label's values), the separator (None:
+    # sniffed), columns that are not features, and likely identifiers to keep as features.
+    task: str = "auto"
+    delimiter: str | None = None
+    exclude_columns: tuple[str, ...] = ()
+    keep_columns: tuple[str, ...] = ()
 
 
 def dataset_choice(args: argparse.Namespace) -> DatasetChoice:
@@ -176,11 +216,65 @@ def dataset_choice(args: argparse.Namespace) -> DatasetChoice:
             f"--label is required with {data_flag}"
         )
     common = {"schema": args.schema, "name": args.dataset_name, "image_size": args.image_size}
+    images = args.images is not None or args.dataset == datasets.DIGITS
+    csv_only = {
+        "--task": args.task not in ("auto", "classification"),
+        "--delimiter": args.delimiter is not None,
+        "--exclude_columns": bool(args.exclude_columns),
+        "--keep_columns": bool(args.keep_columns),
+    }
+    given = [name for name, value in csv_only.items() if value]
+    if images and given:
+        raise ConfigError(f"{', '.join(given)}: for CSV data, not for image folders")
+    delimiter = args.delimiter
+    if delimiter is not None:
+        delimiter = {"\\t": "\t", "tab": "\t"}.get(delimiter, delimiter)
+        if len(delimiter) != 1:
+            raise ConfigError(f"--delimiter must be one character, got {args.delimiter!r}")
+    overlap = sorted(set(args.exclude_columns) & set(args.keep_columns))
+    if overlap:
+        raise ConfigError(f"column(s) {overlap} are in both --exclude_columns and --keep_columns")
+    if args.label and args.label in args.exclude_columns:
+        raise ConfigError(f"--exclude_columns names the label column {args.label!r} (--label)")
+    csv = {
+        "task": args.task,
+        "delimiter": delimiter,
+        "exclude_columns": tuple(args.exclude_columns),
+        "keep_columns": tuple(args.keep_columns),
+    }
     if args.images is not None:
         return DatasetChoice("images", location=args.images, **common)
     if args.data is not None:
-        return DatasetChoice("csv", location=args.data, label=args.label, **common)
-    return DatasetChoice(args.dataset, **common)
+        return DatasetChoice("csv", location=args.data, label=args.label, **common, **csv)
+    if args.dataset == datasets.DIGITS:
+        return DatasetChoice(args.dataset, **common)
+    return DatasetChoice(args.dataset, **common, **csv)
+
+
+def _column_list(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: `prog: error: MESSAGE (--help lists the flags)`, and for
+    an unknown flag the closest known one, instead of the whole usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}{self._suggestion(message)}\n")
+
+    def _suggestion(self, message: str) -> str:
+        if not message.startswith("unrecognized arguments:"):
+            return " (--help lists the flags)"
+        known = [o for action in self._actions for o in action.option_strings if o[:2] == "--"]
+        hints = []
+        for argument in message.split(":", 1)[1].split():
+            flag_name = argument.split("=", 1)[0]
+            if not flag_name.startswith("-"):
+                continue
+            close = difflib.get_close_matches("--" + flag_name.lstrip("-"), known, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{flag_name}: did you mean {close[0]}?")
+        return ("; " + "; ".join(hints)) if hints else " (--help lists the flags)"
 
 
 def add_common_flags(

@@ -4,15 +4,23 @@
     python -m pipeline.inspect_mlmd executions [RUN]
     python -m pipeline.inspect_mlmd artifacts [--type Examples] [RUN]
     python -m pipeline.inspect_mlmd lineage ARTIFACT_ID
-    python -m pipeline.inspect_mlmd diff RUN_A RUN_B
-    python -m pipeline.inspect_mlmd report [RUN] [--out FILE]
+    python -m pipeline.inspect_mlmd diff RUN_A RUN_B [--drift_threshold 0.1]
+    python -m pipeline.inspect_mlmd report [RUN] [--out FILE] [--compare RUN]
 
 RUN is a pipeline run id as `runs` lists it (or its row number, 1 = oldest; default: the latest).
-Every subcommand takes --json. The store: --metadata FILE (SQLite), or --pipeline NAME under
---output_root (default ./tfx_output; found automatically when there is one pipeline), or MySQL
+--json (before or after the subcommand) prints machine-readable output. `lineage` prints the
+artifact's upstream and downstream as a graph: each execution and artifact once. `diff` adds to
+the component and metric changes the schema differences and, per split and feature, TFDV's drift
+measure between the two runs' statistics (pipeline.mlmd_diff). Every failure is one `error:` line
+and exit code 2.
+
+The store: --metadata FILE (SQLite), or --pipeline NAME under --output_root (default
+./tfx_output; found automatically when there is one pipeline), or MySQL
 (--mysql_host/--mysql_port/--mysql_database; user and password from MLMD_MYSQL_USER and
 MLMD_MYSQL_PASSWORD, never from flags), or an MLMD gRPC server (--grpc_host/--grpc_port, e.g.
-Kubeflow's metadata-grpc-service). Only ml-metadata's public, read-only API is used.
+Kubeflow's metadata-grpc-service), or, for Kubeflow Pipelines without MLMD, the KFP API server
+(--kfp_host URL, --kfp_namespace; bearer token from KFP_API_TOKEN; pipeline.kfp_api_read). Only
+ml-metadata's public, read-only API is used.
 
 Two record layouts are understood, and told apart by the types the store holds (--schema forces
 one): TFX's own orchestrators (LocalDagRunner: a `pipeline_run` context per run, a `node` context
@@ -30,9 +38,10 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 from pipeline import config as config_lib
-from pipeline import mlmd_read, mlmd_report
+from pipeline import kfp_api_read, mlmd_diff, mlmd_read, mlmd_report
 
 
 def _table(rows: list[dict], columns: list[str], out) -> None:
@@ -46,19 +55,43 @@ def _table(rows: list[dict], columns: list[str], out) -> None:
         out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-def _print_tree(node: dict, out, indent: str = "", children_key: str = "produced_by") -> None:
-    out.write(f"{indent}{node['type']} #{node['artifact']}  {node['uri']}\n")
-    if children_key == "produced_by" and "produced_by" in node:
-        step = node["produced_by"]
-        source = f" from {step['source']}" if step.get("source") else ""
-        out.write(f"{indent}  <- {step['component']} (execution {step['execution']}){source}\n")
-        for child in step["inputs"]:
-            _print_tree(child, out, indent + "     ", children_key)
-    if children_key == "consumed_by":
-        for step in node.get("consumed_by", []):
-            out.write(f"{indent}  -> {step['component']} (execution {step['execution']})\n")
-            for child in step["outputs"]:
-                _print_tree(child, out, indent + "     ", children_key)
+def _artifact_label(artifact: dict) -> str:
+    return f"{artifact['type']} #{artifact['artifact']}"
+
+
+def _print_graph(title: str, graph: dict, out) -> None:
+    """A lineage part, each execution once (in dependency order) with what it read and wrote."""
+    artifacts = {a["artifact"]: a for a in graph["artifacts"]}
+    reads: dict[int, list[int]] = {}
+    writes: dict[int, list[int]] = {}
+    for edge in graph["edges"]:
+        side = reads if edge["direction"] == "input" else writes
+        side.setdefault(edge["execution"], []).append(edge["artifact"])
+    out.write(
+        f"{title}: {len(graph['executions'])} execution(s), {len(graph['artifacts'])} artifact(s)\n"
+    )
+    for execution in mlmd_read.topological_executions(graph):
+        source = f" from {execution['source']}" if execution.get("source") else ""
+        out.write(
+            f"  {execution['component']} (execution {execution['execution']}, "
+            f"{execution['state']}, run {execution['run']}){source}\n"
+        )
+        for artifact_id in sorted(reads.get(execution["execution"], [])):
+            out.write(f"    <- {_artifact_label(artifacts[artifact_id])}\n")
+        for artifact_id in sorted(writes.get(execution["execution"], [])):
+            artifact = artifacts[artifact_id]
+            out.write(f"    -> {_artifact_label(artifact)}  {artifact['uri']}\n")
+
+
+def _drift_detail(row: dict) -> str:
+    flag = "DRIFTED " if row["drifted"] else ""
+    return f"{flag}{row['measure']} {row['value']:.4f} (threshold {row['threshold']:g})"
+
+
+def _json_flag(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument(
+        "--json", action="store_true", default=default, help="machine-readable output"
+    )
 
 
 def parse_args(argv):
@@ -75,8 +108,17 @@ def parse_args(argv):
     parser.add_argument("--mysql_host", default=None)
     parser.add_argument("--mysql_port", type=int, default=3306)
     parser.add_argument("--mysql_database", default="metadb")
-    parser.add_argument("--grpc_host", default=None, help="MLMD gRPC server (Kubeflow)")
+    parser.add_argument("--grpc_host", default=None, help="MLMD gRPC server (Kubeflow with MLMD)")
     parser.add_argument("--grpc_port", type=int, default=8080)
+    parser.add_argument(
+        "--kfp_host",
+        default=None,
+        help="Kubeflow Pipelines API endpoint, e.g. http://localhost:8888 (KFP without MLMD: "
+        "runs, tasks and artifacts through its v2beta1 API; bearer token from KFP_API_TOKEN)",
+    )
+    parser.add_argument(
+        "--kfp_namespace", default=None, help="with --kfp_host: the profile namespace"
+    )
     parser.add_argument(
         "--schema",
         choices=["auto", mlmd_read.TFX_SCHEMA, mlmd_read.KFP_SCHEMA],
@@ -84,28 +126,55 @@ def parse_args(argv):
         help="whose records to read: TFX's orchestrators or Kubeflow Pipelines v2 (default: "
         "detected from the store)",
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    _json_flag(parser, False)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("runs", help="pipeline runs: time, status, executed vs cached")
+    subcommands = []
+    subcommands.append(
+        commands.add_parser("runs", help="pipeline runs: time, status, executed vs cached")
+    )
     executions = commands.add_parser("executions", help="component executions of a run")
     executions.add_argument("run", nargs="?")
     artifacts = commands.add_parser("artifacts", help="artifacts a run produced or reused")
     artifacts.add_argument("run", nargs="?")
     artifacts.add_argument("--type", default=None, help="e.g. Examples, Schema, Model")
-    lineage_parser = commands.add_parser("lineage", help="upstream and downstream of an artifact")
+    lineage_parser = commands.add_parser(
+        "lineage", help="upstream and downstream of an artifact, as a graph"
+    )
     lineage_parser.add_argument("artifact", type=int)
-    diff = commands.add_parser("diff", help="what differs between two runs")
+    diff = commands.add_parser(
+        "diff", help="what differs between two runs: components, metrics, schema, data drift"
+    )
     diff.add_argument("run_a")
     diff.add_argument("run_b")
+    diff.add_argument(
+        "--drift_threshold",
+        type=float,
+        default=mlmd_diff.DRIFT_THRESHOLD,
+        help="distance above which a feature counts as drifted (default %(default)s)",
+    )
     report = commands.add_parser("report", help="a self-contained HTML page about a run")
     report.add_argument("run", nargs="?")
     report.add_argument("--out", default=None, help="default: report-<row>.html in the cwd")
+    report.add_argument(
+        "--compare", default=None, metavar="RUN", help="add what changed since RUN (diff)"
+    )
+    subcommands += [executions, artifacts, lineage_parser, diff, report]
+    for subcommand in subcommands:
+        # Accepted after the subcommand too; SUPPRESS keeps a --json given before it.
+        _json_flag(subcommand, argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def run(args, out) -> None:
-    if args.grpc_host and args.mysql_host:
-        raise mlmd_read.InspectError("--grpc_host and --mysql_host both name a store; pass one")
+def _open(args) -> mlmd_read.Store:
+    named = [flag for flag in ("grpc_host", "mysql_host", "kfp_host") if getattr(args, flag)]
+    if len(named) > 1:
+        flags = " and ".join(f"--{flag}" for flag in named)
+        raise mlmd_read.InspectError(f"{flags} each name a store; pass one")
+    if args.kfp_host:
+        store = kfp_api_read.load(
+            args.kfp_host, namespace=args.kfp_namespace, token=os.environ.get("KFP_API_TOKEN")
+        )
+        return mlmd_read.Store(store, schema=mlmd_read.KFP_SCHEMA, pipeline=args.pipeline)
     if args.grpc_host:
         config = mlmd_read.grpc_config(args.grpc_host, args.grpc_port)
     elif args.mysql_host:
@@ -114,7 +183,21 @@ def run(args, out) -> None:
         config = mlmd_read.sqlite_config(
             args.metadata or mlmd_read.find_sqlite(args.output_root, args.pipeline)
         )
-    db = mlmd_read.Store(mlmd_read.connect(config), schema=args.schema, pipeline=args.pipeline)
+    return mlmd_read.Store(mlmd_read.connect(config), schema=args.schema, pipeline=args.pipeline)
+
+
+def _write_report(path: str, page: str) -> None:
+    try:
+        with open(path, "w") as handle:
+            handle.write(page)
+    except OSError as error:
+        raise mlmd_read.InspectError(
+            f"cannot write the report to {path}: {error.strerror or error}"
+        ) from error
+
+
+def run(args, out) -> None:
+    db = _open(args)
     # Rows for the table commands; one object for lineage and report (columns None).
     result: list[dict] | dict
     if args.command == "runs":
@@ -131,26 +214,34 @@ def run(args, out) -> None:
         columns = None
     elif args.command == "report":
         chosen = db.run(args.run)
-        row = [r.id for r in db.runs()].index(chosen.id) + 1
-        path = os.path.abspath(args.out or f"report-{row}.html")
-        with open(path, "w") as handle:
-            handle.write(mlmd_report.build_report(db, chosen))
+        compare_to = db.run(args.compare) if args.compare else None
+        path = os.path.abspath(args.out or mlmd_report.report_file_name(db.row_of(chosen)))
+        if not os.path.isdir(os.path.dirname(path)):
+            raise mlmd_read.InspectError(
+                f"cannot write the report to {path}: no directory {os.path.dirname(path)}"
+            )
+        _write_report(path, mlmd_report.build_report(db, chosen, compare_to))
         result = {"report": path, "run": chosen.name}
         if not args.json:
             out.write(f"report of run {chosen.name} written to {path}\n")
             return
         columns = None
     else:
-        result = mlmd_read.diff_runs(db, db.run(args.run_a), db.run(args.run_b))
-        columns = ["component", "change", "a", "b"]
+        result = mlmd_diff.diff(
+            db, db.run(args.run_a), db.run(args.run_b), threshold=args.drift_threshold
+        )
+        columns = ["component", "change", "a", "b", "detail"]
+        if not args.json:
+            for row in result:
+                row["detail"] = _drift_detail(row) if row.get("kind") == "drift" else None
     if args.json:
         out.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     elif columns is None:
         assert isinstance(result, dict), "only lineage (report returns unless --json)"
-        out.write("upstream (to the raw data):\n")
-        _print_tree(result["upstream"], out, "  ", "produced_by")
-        out.write("downstream (to pushed models):\n")
-        _print_tree(result["downstream"], out, "  ", "consumed_by")
+        root = result["artifact"]
+        out.write(f"lineage of {_artifact_label(root)}  {root['uri']}\n")
+        _print_graph("upstream (to the raw data)", result["upstream"], out)
+        _print_graph("downstream (to pushed models)", result["downstream"], out)
     else:
         assert isinstance(result, list), "the table commands return rows"
         _table(result, columns, out)
@@ -158,11 +249,19 @@ def run(args, out) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # `diff` measures drift with TFDV, which loads TensorFlow and Beam: their start-up lines
+    # (CUDA plugin registration, Google client libraries' Python version notices) are not for
+    # the user of this command; TFDV's own failures still arrive as Python exceptions.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.api_core")
     try:
         run(args, sys.stdout)
     except mlmd_read.InspectError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        sys.stderr.close()
+        return 0
     return 0
 
 

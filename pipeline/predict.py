@@ -1,12 +1,19 @@
-"""Classify image files with a pushed image model.
+"""Predict with a pushed model: classify image files, or predict the label of CSV rows.
 
     python -m pipeline.predict --model tfx_output/digits-pipeline/serving_model img1.jpg ...
+    python -m pipeline.predict --model tfx_output/diabetes-pipeline/serving_model --csv rows.csv
 
 --model is a SavedModel directory, or the Pusher's base directory (the newest numbered version
 in it is used). The model's serving_images signature applies the same transform graph as
 training (decode, resize, scale) to the raw file bytes. Prints one line per file: path, class
 name, probability. A file that is not a readable JPEG/PNG is reported by name (exit code 2) and
 the others are still classified.
+
+--csv FILE: rows with the columns the model was trained on (a label column, and columns the
+model does not read, are ignored; empty cells are missing values). Prints one line per row:
+its line number and the prediction in the label's units (regression), or the class name and
+its probability (classification). A cell that is not of the column's type is reported with its
+line (exit code 2) and the other rows are still predicted.
 """
 
 from __future__ import annotations
@@ -73,14 +80,112 @@ def predict_files(model_dir: str, paths: list[str], batch_size: int = 64):
             yield path, name.decode(), float(probability)
 
 
+def model_description(model_dir: str) -> dict:
+    """The raw features the model reads, its label and task (written by components.ml.export)."""
+    import json
+
+    from components.ml import export
+
+    path = os.path.join(model_dir, "assets.extra", export.RAW_FEATURES_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"{model_dir} has no {path}: exported before CSV prediction (--model)")
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def _example(row: dict, types: dict, null_values) -> bytes:
+    import tensorflow as tf
+
+    feature = {}
+    for name, kind in types.items():
+        cell = row.get(name)
+        if cell is None or cell.strip() in null_values:
+            continue
+        text = cell.strip()
+        try:
+            if kind == "int":
+                feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(text)]))
+            elif kind == "float":
+                feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(text)]))
+            else:
+                feature[name] = tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[cell.encode()])
+                )
+        except ValueError:
+            raise ValueError(
+                f"column {name!r}: {cell!r} is not {'an' if kind == 'int' else 'a'} {kind}"
+            ) from None
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def predict_csv(model_dir: str, path: str, batch_size: int = 256):
+    """Yields (line, prediction text, None) per row, or (line, None, reason) for a bad row."""
+    import csv
+
+    import tensorflow as tf
+
+    from components.ml import features
+    from components.tfx_components.example_gen import csv_reader
+    from pipeline.config import DatasetConfig
+
+    description = model_description(model_dir)
+    serve = tf.saved_model.load(model_dir).signatures[features.SERVING_SIGNATURE]
+    null_values = set(DatasetConfig.null_values) - {""}
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        delimiter = csv_reader.sniff_delimiter(handle.readline())
+        handle.seek(0)
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        rows = list(reader)
+    good: list[tuple[int, bytes]] = []
+    for index, row in enumerate(rows):
+        line = index + 2
+        try:
+            good.append((line, _example(row, description["features"], null_values)))
+        except ValueError as error:
+            yield line, None, str(error)
+    for start in range(0, len(good), batch_size):
+        batch = good[start : start + batch_size]
+        outputs = serve(examples=tf.constant([example for _, example in batch]))
+        if description["task"] == features.REGRESSION:
+            values = outputs[features.PREDICTION].numpy()
+            texts = [f"{description['label']}={value:.6g}" for value in values]
+        else:
+            names = outputs[features.CLASSES].numpy()
+            probabilities = tf.reduce_max(outputs[features.PROBABILITIES], axis=1).numpy()
+            texts = [
+                f"{description['label']}={name.decode()}\t{probability:.4f}"
+                for name, probability in zip(names, probabilities, strict=True)
+            ]
+        for (line, _), text in zip(batch, texts, strict=True):
+            yield line, text, None
+
+
 def main(argv: list[str] | None = None) -> int:
+    from pipeline import console
+
+    with console.filtered_stderr():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.predict", description=__doc__)
     parser.add_argument("--model", required=True, help="SavedModel or Pusher base directory")
-    parser.add_argument("images", nargs="+", help="JPEG or PNG files")
+    parser.add_argument("--csv", default=None, help="CSV file of rows to predict")
+    parser.add_argument("images", nargs="*", help="JPEG or PNG files")
     args = parser.parse_args(argv)
+    if bool(args.csv) == bool(args.images):
+        parser.error("give image files or --csv FILE (one of them)")
     try:
         model_dir = resolve_model_dir(args.model)
         bad = 0
+        if args.csv:
+            for line, text, reason in predict_csv(model_dir, args.csv):
+                if text is None:
+                    bad += 1
+                    sys.stderr.write(f"error: {args.csv}:{line}: {reason}\n")
+                else:
+                    sys.stdout.write(f"{args.csv}:{line}\t{text}\n")
+            return EXIT_BAD_INPUT if bad else 0
         for path, name, value in predict_files(model_dir, args.images):
             if name is None:
                 bad += 1
@@ -94,4 +199,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline import console
+
+    console.exit_without_teardown(main())

@@ -7,8 +7,12 @@ instead of a stack trace from deep inside a Beam worker.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import glob
 import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from components.tfx_components.example_gen import csv_reader
 from pipeline.config import DatasetConfig
@@ -28,7 +32,24 @@ def load_schema(path: str):
         raise InputError(f"schema {path}: not a readable schema.pbtxt: {error}") from error
 
 
+# --task auto: an integer label with at most this many distinct values is classified.
+MAX_AUTO_CLASSES = 10
+# Inferred schemas: a string column with at least this many values, nearly all distinct, is
+# taken for an identifier (a name, a date, a key) and left out of the features.
+IDENTIFIER_MIN_VALUES = 20
+IDENTIFIER_DISTINCT_FRACTION = 0.9
+# Curated schemas mark a column that is not a feature with one of these lifecycle stages
+# (tf.Transform and TFDV leave such features out); ExampleGen then does not write it.
+EXCLUDED_STAGES = ("DISABLED", "DEPRECATED")
+
+
 def input_files(dataset: DatasetConfig) -> list[str]:
+    if os.path.isfile(dataset.data_root):
+        raise InputError(
+            f"--data takes the directory that holds the CSV files, not a file: pass --data "
+            f"{os.path.dirname(dataset.data_root) or '.'} (got the file {dataset.data_root}; "
+            "every *.csv file in the directory is read)"
+        )
     if not os.path.isdir(dataset.data_root):
         raise InputError(f"data directory {dataset.data_root} does not exist (--data)")
     files = sorted(
@@ -41,20 +62,29 @@ def input_files(dataset: DatasetConfig) -> list[str]:
     return files
 
 
-def read_header(path: str) -> list[str]:
+def _first_line(path: str) -> str:
     try:
         with open(path, "rb") as handle:
-            first_line = handle.readline()
+            line = handle.readline()
     except OSError as error:
         raise InputError(f"{path}: cannot be read: {error.strerror}") from error
-    if not first_line.strip():
+    if not line.strip():
         raise InputError(f"{path}: the file is empty (a header row is required)")
     try:
-        # Old Mac files end lines with a bare \r.
-        text = first_line.decode("utf-8-sig").replace("\r", "\n", 1).split("\n", 1)[0]
-        header = next(csv.reader([text]), [])
+        return csv_reader.first_line(line)
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: header row is not UTF-8 text ({error.reason})") from error
+
+
+def sniff_delimiter(path: str) -> str:
+    """The separator of the file's header row (comma, semicolon, tab or pipe)."""
+    return csv_reader.sniff_delimiter(_first_line(path))
+
+
+def read_header(path: str, delimiter: str = ",") -> list[str]:
+    text = _first_line(path)
+    try:
+        header = next(csv.reader([text], delimiter=delimiter), [])
     except csv.Error as error:
         raise InputError(f"{path}: header row is not readable CSV ({error})") from error
     if text.count('"') % 2:
@@ -67,10 +97,100 @@ def read_header(path: str) -> list[str]:
     return header
 
 
-def check_dataset(dataset: DatasetConfig) -> dict:
-    """Returns facts the runner needs: files, columns, total bytes, schema column types."""
+def _excluded_by_schema(schema) -> list[str]:
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    stages = {getattr(schema_pb2, name) for name in EXCLUDED_STAGES}
+    return [f.name for f in schema.feature if f.lifecycle_stage in stages or f.deprecated]
+
+
+def _files_text(files: list[str]) -> str:
+    return ", ".join(files[:3]) + (f" (and {len(files) - 3} more)" if len(files) > 3 else "")
+
+
+def _read_columns(files, dataset: DatasetConfig, delimiter: str, columns, wanted) -> pa.Table:
+    """The wanted columns of every file, as strings (missing tokens as nulls), one table."""
+    tables = []
+    for path in files:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        try:
+            parsed = csv_reader.read_csv_as_strings(
+                path,
+                data,
+                dataset.null_values,
+                None,
+                delimiter=delimiter,
+                excluded_columns=[name for name in columns if name not in wanted],
+            )
+        except csv_reader.CsvFormatError as error:
+            raise InputError(str(error)) from None
+        if parsed.table.num_rows == 0 and not parsed.rejected:
+            raise InputError(
+                f"{path}: has a header row but no data rows; add rows or remove the file "
+                "from --data"
+            )
+        tables.append(parsed.table.select(list(wanted)))
+    return pa.concat_tables(tables)
+
+
+def resolve_task(dataset: DatasetConfig, label_type: str, values: pa.ChunkedArray, files) -> str:
+    """classification or regression for --task (auto: string label, or integers with at most
+    MAX_AUTO_CLASSES distinct values -> classification; other numbers -> regression), after
+    checking that the label has something to learn."""
+    label, where = dataset.label_key, _files_text(files)
+    present = values.drop_null()
+    if len(present) == 0:
+        raise InputError(
+            f"label column {label!r} (--label) has no values in {where}: every cell is empty; "
+            "name the column to predict with --label"
+        )
+    numeric = label_type in (csv_reader.INT, csv_reader.FLOAT)
+    if dataset.task == "regression" and not numeric:
+        example = present[0].as_py()
+        raise InputError(
+            f"label column {label!r} (--label) in {where} holds text ({example!r}), not "
+            "numbers: --task regression predicts a number; use --task classification"
+        )
+    distinct = pc.unique(pc.cast(present, pa.float64()) if numeric else present)
+    task = dataset.task
+    if task == "auto":
+        few = label_type == csv_reader.INT and len(distinct) <= MAX_AUTO_CLASSES
+        task = "classification" if not numeric or few else "regression"
+    if len(distinct) < 2:
+        what = "nothing to classify" if task == "classification" else "nothing to regress"
+        raise InputError(
+            f"label column {label!r} (--label) has one distinct value "
+            f"({distinct[0].as_py()!r}) in {len(present)} row(s) of {where}: {what}; "
+            "predict a column with at least two different values"
+        )
+    return task
+
+
+def likely_identifiers(table: pa.Table, names) -> list[tuple[str, int, int]]:
+    """(column, distinct values, values) of the string columns whose values are nearly all
+    distinct: they identify rows (names, dates, keys) and would be memorised as features."""
+    found = []
+    for name in names:
+        values = table.column(name).drop_null()
+        if len(values) < IDENTIFIER_MIN_VALUES or csv_reader.infer_column_type(values) != "string":
+            continue
+        distinct = len(pc.unique(values))
+        if distinct >= IDENTIFIER_DISTINCT_FRACTION * len(values):
+            found.append((name, distinct, len(values)))
+    return found
+
+
+def check_dataset(dataset: DatasetConfig, delimiter: str | None = None, keep_columns=()) -> dict:
+    """Reads the CSV files once (the label column; every column for an inferred schema) and
+    returns the facts the runner needs: files, columns, total bytes, schema column types, the
+    task (dataset.task "auto" resolved), the delimiter (sniffed unless given), the excluded
+    columns (the dataset's, the schema's DISABLED ones, likely identifiers of an inferred
+    schema unless in keep_columns) and the identifiers found. Raises InputError naming the file,
+    the column and what to do."""
     files = input_files(dataset)
-    headers = {path: read_header(path) for path in files}
+    delimiter = delimiter or sniff_delimiter(files[0])
+    headers = {path: read_header(path, delimiter) for path in files}
     first_path, columns = next(iter(headers.items()))
     for path, header in headers.items():
         if header != columns:
@@ -78,39 +198,147 @@ def check_dataset(dataset: DatasetConfig) -> dict:
                 f"{path}: columns {header} differ from {first_path}'s {columns}; all files "
                 "under --data must share one header"
             )
-    if dataset.label_key not in columns:
+    hint = csv_reader.one_column_hint(columns, delimiter)
+    label = dataset.label_key
+    if label not in columns:
         raise InputError(
-            f"label column {dataset.label_key!r} (--label) is not in {first_path}; "
+            f"label column {label!r} (--label) is not in {first_path}; columns are {columns}" + hint
+        )
+    unknown = [name for name in dataset.excluded_columns if name not in columns]
+    if unknown:
+        raise InputError(
+            f"--exclude_columns names column(s) {unknown} that {first_path} does not have; "
             f"columns are {columns}"
         )
-    column_types = {}
+    unknown = [name for name in keep_columns if name not in columns]
+    if unknown:
+        raise InputError(
+            f"--keep_columns names column(s) {unknown} that {first_path} does not have; "
+            f"columns are {columns}"
+        )
+    excluded = list(dataset.excluded_columns)
+    column_types: dict[str, str] = {}
+    label_type = None
     if dataset.schema_path:
         schema = load_schema(dataset.schema_path)
-        column_types = csv_reader.schema_column_types(schema)
-        missing = [name for name in column_types if name not in columns]
-        unexpected = [name for name in columns if name not in column_types]
+        schema_types = csv_reader.schema_column_types(schema)
+        disabled = _excluded_by_schema(schema)
+        if label in disabled:
+            raise InputError(
+                f"label column {label!r} is marked excluded (lifecycle_stage) in schema "
+                f"{dataset.schema_path}; the label must be an active feature"
+            )
+        active = [name for name in schema_types if name not in disabled]
+        listed = [name for name in excluded if name in active]
+        if listed:
+            raise InputError(
+                f"column(s) {listed} (--exclude_columns) are features of schema "
+                f"{dataset.schema_path}: mark them `lifecycle_stage: DISABLED` there, or drop "
+                "them from --exclude_columns"
+            )
+        excluded += [name for name in disabled if name in columns and name not in excluded]
+        kept = [name for name in columns if name not in excluded]
+        missing = [name for name in active if name not in columns]
+        unexpected = [name for name in kept if name not in schema_types]
         if missing or unexpected:
             parts = []
             if missing:
                 parts.append(f"missing column(s) {missing}")
             if unexpected:
-                parts.append(f"column(s) {unexpected} not in the schema")
+                parts.append(
+                    f"column(s) {unexpected} not in the schema (leave them out with "
+                    "--exclude_columns)"
+                )
             raise InputError(
                 f"{first_path}: does not match schema {dataset.schema_path}: {'; '.join(parts)}"
+                + hint
             )
-        if dataset.label_key not in column_types:
-            raise InputError(
-                f"label column {dataset.label_key!r} is not in schema {dataset.schema_path}"
-            )
+        if label not in schema_types:
+            raise InputError(f"label column {label!r} is not in schema {dataset.schema_path}")
         # ExampleGen reads columns in file order; the schema fixes their types.
-        column_types = {name: column_types[name] for name in columns}
+        column_types = {name: schema_types[name] for name in kept}
+        label_type = schema_types[label]
+        table = _read_columns(files, dataset, delimiter, columns, [label])
+        identifiers: list[tuple[str, int, int]] = []
+    else:
+        candidates = [name for name in columns if name not in excluded]
+        table = _read_columns(files, dataset, delimiter, columns, candidates)
+        label_type = csv_reader.infer_column_type(table.column(label))
+        identifiers = likely_identifiers(
+            table, [n for n in candidates if n != label and n not in keep_columns]
+        )
+        excluded += [name for name, _, _ in identifiers]
+    features = [name for name in columns if name != label and name not in excluded]
+    if not features:
+        left_out = f"; excluded: {excluded}" if excluded else ""
+        raise InputError(
+            f"{first_path}: no feature columns to predict {label!r} from (columns {columns}"
+            f"{left_out}); add columns, or keep excluded ones (--keep_columns)" + hint
+        )
+    task = resolve_task(dataset, label_type, table.column(label), files)
     return {
         "files": files,
         "columns": columns,
         "total_bytes": sum(os.path.getsize(path) for path in files),
         "column_types": column_types,
         "description": f"{len(files)} CSV file(s)",
+        "rows": table.num_rows,
+        "rows_without_label": table.column(label).null_count,
+        "task": task,
+        "delimiter": delimiter,
+        "excluded_columns": tuple(excluded),
+        "identifiers": identifiers,
     }
+
+
+def cluster_csv_settings(
+    label: str, schema_path: str, task: str, delimiter: str | None, exclude_columns=()
+) -> dict:
+    """DatasetConfig fields for CSV data this machine cannot read (Kubeflow: a URI the pods
+    read), from the flags and the curated schema: the task ("auto" decides from the label's
+    type: text classifies; a number could be either, so it asks for --task), the delimiter
+    (comma unless given), the excluded columns (the flags' and the schema's DISABLED ones) and
+    the column types of the columns ExampleGen writes."""
+    schema = load_schema(schema_path)
+    types = csv_reader.schema_column_types(schema)
+    disabled = _excluded_by_schema(schema)
+    if label not in types or label in disabled:
+        raise InputError(f"label column {label!r} is not an active feature of {schema_path}")
+    listed = [name for name in exclude_columns if name in types and name not in disabled]
+    if listed:
+        raise InputError(
+            f"column(s) {listed} (--exclude_columns) are features of schema {schema_path}: "
+            "mark them `lifecycle_stage: DISABLED` there, or drop them from --exclude_columns"
+        )
+    if task == "auto":
+        if types[label] != csv_reader.STRING:
+            raise InputError(
+                f"label column {label!r} is numeric in {schema_path}: pass --task "
+                "classification or --task regression (auto needs the data, which the cluster reads)"
+            )
+        task = "classification"
+    elif task == "regression" and types[label] == csv_reader.STRING:
+        raise InputError(f"label column {label!r} is text in {schema_path}: it cannot be regressed")
+    excluded = (*exclude_columns, *(name for name in disabled if name not in exclude_columns))
+    return {
+        "task": task,
+        "delimiter": delimiter or ",",
+        "excluded_columns": tuple(excluded),
+        "column_types": tuple((n, t) for n, t in types.items() if n not in excluded),
+    }
+
+
+def resolved(dataset: DatasetConfig, facts: dict) -> DatasetConfig:
+    """The dataset as the pre-flight facts fix it: column types, task, delimiter, exclusions."""
+    if dataset.is_images:
+        return dataclasses.replace(dataset, column_types=())
+    return dataclasses.replace(
+        dataset,
+        column_types=tuple(facts["column_types"].items()),
+        task=facts["task"],
+        delimiter=facts["delimiter"],
+        excluded_columns=facts["excluded_columns"],
+    )
 
 
 def missing_image_features(schema, label_key: str) -> list[str]:
@@ -121,9 +349,18 @@ def missing_image_features(schema, label_key: str) -> list[str]:
     return sorted({features.IMAGE_KEY, label_key} - {feature.name for feature in schema.feature})
 
 
+def _size_or_zero(path: str) -> int:
+    """A file's size; 0 for one that cannot be read (the ExampleGen rejects and lists it)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def check_images(dataset: DatasetConfig) -> dict:
-    """Image folders: at least two class sub-folders holding files. The files themselves are
-    validated (and rejected with reasons) by the image ExampleGen, in parallel."""
+    """Image folders: at least two class sub-folders holding files (nested folders included).
+    The files themselves are validated (and rejected with reasons) by the image ExampleGen, in
+    parallel."""
     from components.tfx_components.image_example_gen import reader
 
     try:
@@ -132,7 +369,7 @@ def check_images(dataset: DatasetConfig) -> dict:
         raise InputError(f"{error} (--images)") from None
     files, empty = [], []
     for name in classes:
-        in_class, _ = reader.list_class_files(dataset.data_root, name)
+        in_class = [f.path for f in reader.list_class_files(dataset.data_root, name).files]
         files += in_class
         if not in_class:
             empty.append(name)
@@ -150,7 +387,7 @@ def check_images(dataset: DatasetConfig) -> dict:
     return {
         "files": files,
         "classes": classes,
-        "total_bytes": sum(os.path.getsize(path) for path in files),
+        "total_bytes": sum(_size_or_zero(path) for path in files),
         "column_types": {},
         "description": f"{len(files)} image file(s) in {len(classes)} class folder(s)",
     }

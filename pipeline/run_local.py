@@ -10,7 +10,6 @@ full TFX/Beam/TensorFlow log goes to <output_root>/<pipeline>/logs/.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import functools
 import logging
@@ -26,15 +25,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # google-api-core warns about Python 3.10 on import; TFX 1.16 requires 3.10.
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
-from pipeline import beam_runners, datasets, flags, local, preflight  # noqa: E402
+from pipeline import beam_runners, console, datasets, flags, local, preflight  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
+# The pipeline ran and trained a model, but the Evaluator did not bless it: nothing was pushed.
+EXIT_NOT_PUSHED = 3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog="run_local.py",
         description="Run the TFX pipeline locally (penguins by default, or --data/--label).",
     )
@@ -82,9 +83,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, dict]:
-    dataset = datasets.local_dataset(args.dataset_choice, args.output_root)
-    facts = (preflight.check_images if dataset.is_images else preflight.check_dataset)(dataset)
-    dataset = dataclasses.replace(dataset, column_types=tuple(facts["column_types"].items()))
+    choice = args.dataset_choice
+    dataset = datasets.local_dataset(choice, args.output_root)
+    if dataset.is_images:
+        facts = preflight.check_images(dataset)
+    else:
+        facts = preflight.check_dataset(dataset, choice.delimiter, choice.keep_columns)
+    dataset = preflight.resolved(dataset, facts)
     config = config_lib.local_config(
         dataset=dataset,
         output_root=args.output_root,
@@ -107,6 +112,7 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
         ),
         max_rejected_fraction=args.max_rejected_fraction,
         accuracy_threshold=args.accuracy_threshold,
+        min_regression_skill=args.min_regression_skill,
         enable_cache=not args.no_cache,
         mysql=config_lib.MySQLConfig(
             host=args.mysql_host,
@@ -160,13 +166,49 @@ def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, ou
     if summary.metrics:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()))
         out.write(f"  eval metrics:  {metrics}\n")
-    blessed = {True: "yes", False: "NO (below threshold or regressed)", None: "unknown"}
-    out.write(
-        f"  blessed:       {blessed[summary.blessed]} "
-        f"(accuracy >= {config.accuracy_threshold}, no regression)\n"
-    )
+    out.write(f"  blessed:       {describe_blessing(summary, config)}\n")
     out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
     out.write(f"  MLMD:          {summary.metadata_path}\n")
+
+
+# Per task: the metric the Evaluator thresholds, how it reads, and the flag that sets its bound.
+_BLESSING_CONDITION = {
+    "classification": ("sparse_categorical_accuracy", "accuracy", "--accuracy_threshold"),
+    "regression": (
+        "mean_squared_error_skill",
+        "skill over predicting the training mean (1 - MSE / MSE of the mean)",
+        "--min_regression_skill",
+    ),
+}
+
+
+def describe_blessing(summary, config: config_lib.PipelineConfig) -> str:
+    """yes/NO and the conditions; for NO, each failed condition with its value and the flag (or
+    check) that decides it."""
+    metric, what, flag = _BLESSING_CONDITION[config.dataset.task]
+    bound = (
+        config.accuracy_threshold
+        if config.dataset.task == "classification"
+        else config.min_regression_skill
+    )
+    conditions = f"{what} >= {bound}, no regression against the previous blessed model"
+    if summary.blessed is None:
+        return f"unknown ({conditions})"
+    if summary.blessed:
+        return f"yes ({conditions})"
+    reasons = []
+    for failure in summary.blessing_failures:
+        value = failure["value"]
+        if failure["is_diff"]:
+            reasons.append(
+                f"{what} changed by {value:+.4f} against the previous blessed model (no "
+                "regression allowed; the previous model stays the one served)"
+            )
+        elif failure["metric"] == metric:
+            reasons.append(f"{what} {value:.4f} is below {bound} ({flag} sets it)")
+        else:
+            reasons.append(f"{failure['metric']}: {failure['message']}")
+    return "NO: " + ("; ".join(reasons) or f"failed one of: {conditions}")
 
 
 def export_inferred_schema(summary, config: config_lib.PipelineConfig, out) -> None:
@@ -175,13 +217,66 @@ def export_inferred_schema(summary, config: config_lib.PipelineConfig, out) -> N
     target_dir = os.path.join(os.path.dirname(config.pipeline_root), "inferred_schema")
     os.makedirs(target_dir, exist_ok=True)
     target = os.path.join(target_dir, "schema.pbtxt")
-    shutil.copyfile(summary.inferred_schema_uri, target)
+    excluded = config.dataset.excluded_columns
+    if excluded:
+        write_schema_with_excluded(summary.inferred_schema_uri, excluded, target)
+    else:
+        shutil.copyfile(summary.inferred_schema_uri, target)
     curated = os.path.join(datasets.SCHEMAS_DIR, config.dataset.name, "schema.pbtxt")
     out.write(
         f"  inferred schema: {target}\n"
         f"    review it (types, domains, presence), then curate it into {curated};\n"
         f"    later runs import it and validate new data against it.\n"
     )
+    if excluded:
+        out.write(
+            f"    columns left out are in it as `lifecycle_stage: DISABLED`: {', '.join(excluded)}"
+            "\n    (delete that line to make one a feature)\n"
+        )
+
+
+def write_schema_with_excluded(source: str, excluded, target: str) -> None:
+    """The inferred schema plus the excluded columns (which ExampleGen never wrote, so SchemaGen
+    never saw) as DISABLED features: curated as it is, it reads the same CSV files."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = preflight.load_schema(source)
+    for name in excluded:
+        feature = schema.feature.add(name=name, type=schema_pb2.BYTES)
+        feature.lifecycle_stage = schema_pb2.DISABLED
+    with open(target, "w") as handle:
+        handle.write(text_format.MessageToString(schema))
+
+
+def describe_columns(dataset: config_lib.DatasetConfig, facts: dict, out) -> None:
+    """The task, the label and the columns left out of the features (and how to keep them)."""
+    if dataset.is_images:
+        return
+    delimiter = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}.get(
+        dataset.delimiter, repr(dataset.delimiter)
+    )
+    out.write(
+        f"  task {dataset.task} (label {dataset.label_key!r}, --task); {delimiter}-separated\n"
+    )
+    identifiers = facts.get("identifiers") or []
+    others = [c for c in dataset.excluded_columns if c not in {n for n, _, _ in identifiers}]
+    if others:
+        out.write(f"  excluded columns: {', '.join(others)}\n")
+    if identifiers:
+        listed = ", ".join(
+            f"{name} ({distinct} distinct in {n})" for name, distinct, n in identifiers
+        )
+        names = ",".join(name for name, _, _ in identifiers)
+        out.write(
+            f"  left out as likely identifiers (near-unique text): {listed}; "
+            f"--keep_columns {names} keeps them as features\n"
+        )
+    if facts.get("rows_without_label"):
+        out.write(
+            f"  {facts['rows_without_label']} row(s) have no label: ExampleGen rejects and "
+            "lists them (--max_rejected_fraction)\n"
+        )
 
 
 def describe_training(training: config_lib.TrainingConfig) -> str:
@@ -195,6 +290,13 @@ def describe_training(training: config_lib.TrainingConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # TensorFlow's CUDA wheels log three plugin-registration "errors" per process on CPU-only
+    # machines: dropped from the console (child processes included), nothing else is.
+    with console.filtered_stderr():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     try:
         # Library import-time warnings would land on the console before the log file exists.
@@ -220,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  Beam {config.beam.describe()}; "
         f"strategy {describe_training(config.training)}; log: {log_path}\n"
     )
+    describe_columns(config.dataset, facts, out)
     out.flush()
 
     from pipeline import builder, fingerprints, progress, run_summary
@@ -254,8 +357,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print_summary(summary, config, time.monotonic() - started, out)
     export_inferred_schema(summary, config, out)
-    return 0
+    if summary.pushed_model:
+        return 0
+    out.write(
+        f"  exit code {EXIT_NOT_PUSHED}: a model was trained but not pushed (not blessed); "
+        "the serving directory is unchanged\n"
+    )
+    return EXIT_NOT_PUSHED
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console.exit_without_teardown(main())

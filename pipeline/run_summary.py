@@ -20,6 +20,9 @@ class RunSummary:
     rows_rejected: int | None
     inferred_schema_uri: str | None
     metadata_path: str
+    # The Evaluator's failed threshold checks: metric, value, is_diff (a change threshold:
+    # against the baseline model), TFMA's message. Empty when blessed or unknown.
+    blessing_failures: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def all_cached(self) -> bool:
@@ -36,8 +39,10 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         if c.get("execution_id") is not None
     }
     metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
+    failures: list[dict] = []
     for evaluation in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
-        metrics = mlmd_read.overall_metrics(evaluation.uri)
+        metrics = overall_metrics(evaluation.uri)
+        failures = blessing_failures(evaluation.uri)
     for blessing in outputs.get("Evaluator", {}).get("ModelBlessing", []):
         blessed = mlmd_read.custom_value(blessing, "blessed") == 1
     for pushed in outputs.get("Pusher", {}).get("PushedModel", []):
@@ -60,7 +65,57 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         rows_rejected=rejected,
         inferred_schema_uri=schema_uri,
         metadata_path=location,
+        blessing_failures=failures,
     )
+
+
+def overall_metrics(evaluation_uri: str) -> dict[str, float]:
+    """Overall-slice metrics of every model output (regression evaluates two: the prediction in
+    the label's units, and z-scored), by metric name; a name two outputs share gets
+    "<output>/" in front."""
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(evaluation_uri)
+    by_output: dict = next((m for key, m in result.slicing_metrics if key == ()), {})
+    counts: dict[str, int] = {}
+    for values in by_output.values():
+        for name in values.get("", {}):
+            counts[name] = counts.get(name, 0) + 1
+    out = {}
+    for output, values in by_output.items():
+        for name, value in values.get("", {}).items():
+            key = f"{output}/{name}" if output and counts[name] > 1 else name
+            if "doubleValue" in value:
+                out[key] = float(value["doubleValue"])
+            elif "boundedValue" in value:
+                out[key] = float(value["boundedValue"]["value"])
+    return out
+
+
+def blessing_failures(evaluation_uri: str) -> list[dict]:
+    """The failed metric thresholds in an Evaluator output's validation result."""
+    import tensorflow_model_analysis as tfma
+
+    try:
+        result = tfma.load_validation_result(evaluation_uri)
+    except (OSError, ValueError, IndexError):  # no validation result written
+        return []
+    return [
+        {
+            "metric": failure.metric_key.name,
+            "value": _metric_value(failure.metric_value),
+            "is_diff": failure.metric_key.is_diff,
+            "message": failure.message,
+        }
+        for per_slice in result.metric_validations_per_slice
+        for failure in per_slice.failures
+    ]
+
+
+def _metric_value(value) -> float:
+    if value.HasField("bounded_value"):
+        return float(value.bounded_value.value.value)
+    return float(value.double_value.value)
 
 
 def previous_fingerprints(config) -> dict[str, str]:

@@ -24,10 +24,12 @@ COMPONENTS = {
     "ExampleValidator",
     "Transform",
     "Trainer",
+    "BaselineModel",
     "Evaluator",
     "Pusher",
 }
-AFTER_MODEL = {"Trainer", "Evaluator", "Pusher"}
+# A new model is a new candidate: its baseline is looked up again.
+AFTER_MODEL = {"Trainer", "BaselineModel", "Evaluator", "Pusher"}
 
 
 class Project:
@@ -146,4 +148,4 @@ def test_an_edit_reruns_exactly_what_depends_on_it(project, what, edit, expected
     for line in lines:
         assert line in result.stdout, result.stdout
     if not expected:
-        assert "0 component(s) executed, 8 reused from cache" in result.stdout
+        assert "0 component(s) executed, 9 reused from cache" in result.stdout

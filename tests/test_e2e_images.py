@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -25,7 +26,7 @@ COMPONENTS = [
     "ExampleValidator",
     "Transform",
     "Trainer",
-    "baseline_model_resolver",
+    "BaselineModel",
     "Evaluator",
     "Pusher",
 ]
@@ -52,7 +53,9 @@ def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):
     assert all(state == "COMPLETE" for state in run.values()), run
     executions = {store.node_of(e): e.id for e in store.executions(store.run(None))}
     (examples,) = store.outputs_by_type(executions["ImageExampleGen"])["Examples"]
-    assert mlmd_read.custom_value(examples, "num_files_found") == image_data.DIGITS_COUNT
+    # The folder's completion marker lies directly under the root: found, ignored and listed.
+    assert mlmd_read.custom_value(examples, "num_files_ignored") == 1
+    assert mlmd_read.custom_value(examples, "num_files_found") == image_data.DIGITS_COUNT + 1
     assert mlmd_read.custom_value(examples, "num_files_rejected") == 0
     counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts"))
     assert sum(counts.values()) == image_data.DIGITS_COUNT
@@ -122,6 +125,12 @@ def test_corrupt_image_stops_the_run_at_ingestion_and_is_listed(tmp_path):
     assert "ImageExampleGen failed" in result.stderr
     assert "1 of 41 image file(s) rejected" in result.stderr
     assert "class_01/cut.jpg: does not decode" in result.stderr
+    assert "--max_rejected_fraction" in result.stderr
+    # The listing the message names outlives the failed execution (whose outputs TFX removed).
+    listing = re.search(r"all are listed in (\S+\.jsonl):", result.stderr)
+    assert listing, result.stderr
+    with open(listing.group(1)) as handle:
+        assert "class_01/cut.jpg" in handle.read()
 
 
 def test_image_folder_errors_name_the_flag(tmp_path):

@@ -24,7 +24,7 @@ COMPONENTS = [
     "ExampleValidator",
     "Transform",
     "Trainer",
-    "baseline_model_resolver",
+    "BaselineModel",
     "Evaluator",
     "Pusher",
 ]
@@ -68,12 +68,10 @@ def test_every_component_executed_then_rerun_is_fully_cached(penguin_runs):
     first, second = runs
     assert sorted(first) == sorted(COMPONENTS)
     assert all(state == "COMPLETE" for state in first.values()), first
-    # The resolver is not an executor and always resolves; every component is reused.
-    assert {n: s for n, s in second.items() if n != "baseline_model_resolver"} == {
-        n: "CACHED" for n in COMPONENTS if n != "baseline_model_resolver"
-    }
-    assert "8 component(s) executed, 0 reused" in penguin_runs["first"].stdout
-    assert "0 component(s) executed, 8 reused" in penguin_runs["second"].stdout
+    # Every component is reused, the baseline too (its input, the candidate, is unchanged).
+    assert second == {n: "CACHED" for n in COMPONENTS}
+    assert "9 component(s) executed, 0 reused" in penguin_runs["first"].stdout
+    assert "0 component(s) executed, 9 reused" in penguin_runs["second"].stdout
 
 
 def test_progress_lines_and_summary(penguin_runs):
@@ -192,8 +190,8 @@ def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
     raw_runs = sorted(store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
     assert [r["run"] for r in runs] == [c.name for c in raw_runs]
     assert (runs[0]["executed"], runs[0]["cached"], runs[0]["status"]) == (9, 0, "COMPLETE")
-    # Second run: everything reused; the resolver node always resolves (COMPLETE).
-    assert (runs[1]["executed"], runs[1]["cached"], runs[1]["status"]) == (1, 8, "COMPLETE")
+    # Second run: everything reused.
+    assert (runs[1]["executed"], runs[1]["cached"], runs[1]["status"]) == (0, 9, "COMPLETE")
     for row, context in zip(runs, raw_runs, strict=True):
         assert row["executed"] + row["cached"] == len(store.get_executions_by_context(context.id))
 
@@ -207,32 +205,31 @@ def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
 
 
 def test_inspect_artifacts_lineage_and_diff(penguin_runs):
-    [model] = inspect(penguin_runs, "artifacts", "--type", "Model", "1")
+    [model] = [
+        m
+        for m in inspect(penguin_runs, "artifacts", "--type", "Model", "1")
+        if m["produced_by"]["component"] == "Trainer"
+    ]
     assert model["produced_by"]["component"] == "Trainer"
     assert model["size_bytes"] > 10_000 and os.path.isdir(model["uri"])
     [pushed] = inspect(penguin_runs, "artifacts", "--type", "PushedModel", "1")
 
-    tree = inspect(penguin_runs, "lineage", str(pushed["artifact"]))["upstream"]
-    components, sources, stack = set(), set(), [tree]
-    while stack:
-        node = stack.pop()
-        step = node.get("produced_by")
-        if step:
-            components.add(step["component"])
-            sources.add(step.get("source"))
-            stack.extend(step["inputs"])
+    upstream = inspect(penguin_runs, "lineage", str(pushed["artifact"]))["upstream"]
+    components = {e["component"] for e in upstream["executions"]}
+    sources = {e.get("source") for e in upstream["executions"]}
+    assert len(components) == len(upstream["executions"])  # each execution once (one run)
     assert {"Pusher", "Trainer", "Transform", "CsvExampleGen", "Evaluator"} <= components
     assert any(s and s.endswith(os.path.join("palmerpenguins", "data")) for s in sources)
 
     [examples] = inspect(penguin_runs, "artifacts", "--type", "Examples", "1")[:1]
     downstream = inspect(penguin_runs, "lineage", str(examples["artifact"]))["downstream"]
-    consumers = {step["component"] for step in downstream["consumed_by"]}
+    consumers = {e["component"] for e in downstream["executions"]}
     assert {"StatisticsGen", "Transform", "Evaluator"} <= consumers
 
     changes = inspect(penguin_runs, "diff", "1", "2")
     states = {c["component"]: (c["a"], c["b"]) for c in changes if c["change"] == "state"}
     assert states["Trainer"] == ("COMPLETE", "CACHED")
-    assert "baseline_model_resolver" not in states
+    assert states["BaselineModel"] == ("COMPLETE", "CACHED")
     # The rerun reused the same evaluation: no metric differs.
     assert not [c for c in changes if c["change"].startswith("metric ")]
 
@@ -303,6 +300,14 @@ def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
     assert rendered.count('class="node"') == len(COMPONENTS)
     assert "sparse_categorical_accuracy" in rendered and "Model blessed" in rendered
     assert "bill_length_mm" in rendered and "no anomalies" in rendered
+
+    # The lineage drawing as Chromium lays it out: artifact nodes between the executions, no
+    # two boxes overlapping, no edge through a box it does not join.
+    from tests.pipeline import report_geometry
+
+    geometry = report_geometry.measure(report, tmp_path)
+    assert geometry["boxes"] == len(COMPONENTS) + rendered.count('class="artifact"') > 15
+    assert geometry["overlaps"] == [] and geometry["crossings"] == []
 
 
 @pytest.fixture

@@ -4,16 +4,25 @@ serving needs nothing but the model directory."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import tensorflow as tf
 
-from components.ml import features
-from components.ml.model import class_names, image_input_shape
+from components.ml import features, image_preprocessing
+from components.ml.model import class_names, is_regression
+
+# Written beside the SavedModel (assets.extra/): the raw columns serving reads and their types,
+# the label and the task, so that a client (pipeline.predict) can build tf.Examples from CSV.
+RAW_FEATURES_FILE = "raw_features.json"
+_DTYPE_NAMES = {tf.int64: "int", tf.float32: "float", tf.string: "string"}
 
 
 def export_serving_model(model, tf_transform_output, label_key: str, export_dir: str) -> None:
     """SavedModel with two signatures over raw serialized tf.Examples:
-    serving_default -> probabilities, class_ids, classes (names); transform_features -> the
-    transformed features, label included (TFMA reads the label from it).
+    serving_default -> probabilities, class_ids, classes (names), or for regression prediction
+    (in the label's units) and prediction_xf (z-scored as the training label was);
+    transform_features -> the transformed features, label included (TFMA reads it from there).
 
     The Keras model is captured by the signature functions, not attached to the saved object:
     attached, tf.saved_model.save also serializes it as a Keras object by retracing every
@@ -24,24 +33,49 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     module.tft_layer = tf_transform_output.transform_features_layer()
     raw_feature_spec = tf_transform_output.raw_feature_spec()
     serving_feature_spec = {k: v for k, v in raw_feature_spec.items() if k != label_key}
-    if image_input_shape(tf_transform_output) is not None:
+    image_size = image_preprocessing.image_size_of(tf_transform_output)
+    images = image_size is not None
+    if images:
         # The model reads the image only (class id, path and size are bookkeeping features).
         serving_feature_spec = {features.IMAGE_KEY: raw_feature_spec[features.IMAGE_KEY]}
-    names = tf.constant(class_names(tf_transform_output))
     signature = [tf.TensorSpec(shape=[None], dtype=tf.string, name="examples")]
+    regression = not images and is_regression(tf_transform_output, label_key)
 
-    def predict(raw_features):
-        """Raw features -> the transform graph -> the model -> probabilities, ids, names."""
+    def transformed_features(raw_features):
+        """The transform graph, then (images) the decode -> resize -> normalize the trainer's
+        input pipeline applies: one path from raw features to the model's inputs."""
         transformed = module.tft_layer(raw_features)
-        probabilities = model(
-            {name: transformed[name] for name in model.input_names}, training=False
-        )
-        class_ids = tf.argmax(probabilities, axis=1)
-        return {
-            features.PROBABILITIES: probabilities,
-            features.CLASS_IDS: class_ids,
-            features.CLASSES: tf.gather(names, class_ids),
-        }
+        if image_size is not None:
+            transformed = image_preprocessing.decode_transformed(transformed, image_size)
+        return transformed
+
+    def model_output(raw_features):
+        transformed = transformed_features(raw_features)
+        return model({name: transformed[name] for name in model.input_names}, training=False)
+
+    if regression:
+        mean, std = label_scale(tf_transform_output, label_key)
+
+        def predict(raw_features):
+            """Raw features -> transform graph -> model -> the number in the label's units."""
+            normalized = tf.reshape(model_output(raw_features), [-1])
+            return {
+                features.PREDICTION: normalized * std + mean,
+                features.NORMALIZED_PREDICTION: normalized,
+            }
+
+    else:
+        names = tf.constant(class_names(tf_transform_output))
+
+        def predict(raw_features):
+            """Raw features -> the transform graph -> the model -> probabilities, ids, names."""
+            probabilities = model_output(raw_features)
+            class_ids = tf.argmax(probabilities, axis=1)
+            return {
+                features.PROBABILITIES: probabilities,
+                features.CLASS_IDS: class_ids,
+                features.CLASSES: tf.gather(names, class_ids),
+            }
 
     # autograph=False: straight-line code; AutoGraph conversion only adds export time.
     @tf.function(input_signature=signature, autograph=False)
@@ -50,14 +84,14 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
 
     @tf.function(input_signature=signature, autograph=False)
     def transform(serialized):
-        return module.tft_layer(tf.io.parse_example(serialized, raw_feature_spec))
+        return transformed_features(tf.io.parse_example(serialized, raw_feature_spec))
 
     signatures = {features.SERVING_SIGNATURE: serve, features.TRANSFORM_SIGNATURE: transform}
-    if image_input_shape(tf_transform_output) is not None:
+    if images:
         image_spec = raw_feature_spec[features.IMAGE_KEY]
 
-        # Raw encoded image files (JPEG or PNG bytes), one per element: the same transform graph
-        # (decode, resize, /255) and model as serving_default, without building tf.Examples.
+        # Raw encoded image files (JPEG or PNG bytes), one per element: the same transform graph,
+        # decode -> resize -> /255 and model as serving_default, without building tf.Examples.
         @tf.function(
             input_signature=[tf.TensorSpec(shape=[None], dtype=tf.string, name="images")],
             autograph=False,
@@ -67,6 +101,44 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
 
         signatures[features.IMAGE_SERVING_SIGNATURE] = serve_images
     tf.saved_model.save(module, export_dir, signatures=signatures)
+    _write_raw_features(export_dir, label_key, regression, serving_feature_spec)
+
+
+def _write_raw_features(export_dir: str, label_key: str, regression: bool, spec: dict) -> None:
+    extra = os.path.join(export_dir, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    description = {
+        "label": label_key,
+        "task": features.REGRESSION if regression else features.CLASSIFICATION,
+        "features": {name: _DTYPE_NAMES.get(s.dtype, s.dtype.name) for name, s in spec.items()},
+    }
+    with tf.io.gfile.GFile(os.path.join(extra, RAW_FEATURES_FILE), "w") as handle:
+        handle.write(json.dumps(description, indent=2, sort_keys=True))
+
+
+def label_scale(tf_transform_output, label_key: str) -> tuple[float, float]:
+    """(mean, std) of the training label as Transform z-scored it (label_xf = (label - mean) /
+    std), read back from the transform graph itself: the map is affine, and it sends the raw
+    labels 0 and 1 to -mean / std and (1 - mean) / std."""
+    raw_spec = tf_transform_output.raw_feature_spec()
+    raw = {name: _empty_feature(spec, 2) for name, spec in raw_spec.items()}
+    label_spec = raw_spec[label_key]
+    raw[label_key] = _as_raw_feature(tf.constant([0, 1], label_spec.dtype), label_spec)
+    transformed = tf_transform_output.transform_features_layer()(raw)
+    zero, one = tf.reshape(transformed[features.transformed_name(label_key)], [-1]).numpy()
+    std = 1.0 / (float(one) - float(zero))
+    return -float(zero) * std, std
+
+
+def _empty_feature(spec, batch: int) -> tf.Tensor | tf.SparseTensor:
+    """A raw feature with no value in any of `batch` rows (zeros for a fixed-length one)."""
+    if isinstance(spec, tf.io.VarLenFeature):
+        return tf.SparseTensor(
+            indices=tf.zeros([0, 2], tf.int64),
+            values=tf.constant([], spec.dtype),
+            dense_shape=[batch, 1],
+        )
+    return tf.zeros([batch, *spec.shape], spec.dtype)
 
 
 def _as_raw_feature(values: tf.Tensor, spec) -> tf.Tensor | tf.SparseTensor:

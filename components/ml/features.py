@@ -21,6 +21,9 @@ IMAGE_WIDTH_KEY = "width"
 
 # Configuration keys the pipeline passes to preprocessing_fn and run_fn (custom_config).
 LABEL_KEY_CONFIG = "label_key"
+# "classification" (label vocabulary, softmax head) or "regression" (z-scored label, linear head).
+TASK_CONFIG = "task"
+CLASSIFICATION, REGRESSION = "classification", "regression"
 # Images: side of the square the transform graph resizes to, and the model architecture.
 IMAGE_SIZE_CONFIG = "image_size"
 IMAGE_MODEL_CONFIG = "image_model"
@@ -38,6 +41,10 @@ TRANSFORM_SIGNATURE = "transform_features"
 PROBABILITIES = "probabilities"
 CLASS_IDS = "class_ids"
 CLASSES = "classes"
+# Regression outputs: the prediction in the label's units, and z-scored by the training label's
+# mean and standard deviation (the units the model is trained in; 0 = the training mean).
+PREDICTION = "prediction"
+NORMALIZED_PREDICTION = "prediction_xf"
 # Second serving signature of image models: raw encoded image bytes (JPEG or PNG) in.
 IMAGE_SERVING_SIGNATURE = "serving_images"
 

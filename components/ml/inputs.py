@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components.ml import features
+from components.ml import features, image_preprocessing
 
 
 def compression_of(path):
@@ -28,6 +28,7 @@ def make_dataset(
     repeat: bool,
     seed: int | None = None,
     cache_records: bool = False,
+    decode_images_per_element: bool = False,
 ) -> tf.data.Dataset:
     """Transformed gzip TFRecord shards -> (features, label) batches.
 
@@ -37,6 +38,11 @@ def make_dataset(
     decompressed records after the first pass, so later epochs skip reading and gzip decoding.
     (Caching parsed examples instead was slower: batching many small tensors per example costs
     more than one vectorized parse per batch.)
+
+    Images: the shards hold encoded bytes; image_preprocessing.decode_transformed (decode ->
+    resize -> normalize, the step serving and evaluation apply too) runs here, on batches inside
+    the parallel parse map, or with decode_images_per_element one image per parallel map call
+    before batching (benchmarks/training_input.py measures both).
     """
     files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle, seed=seed)
     dataset = files.interleave(
@@ -47,11 +53,22 @@ def make_dataset(
     )
     feature_spec = tf_transform_output.transformed_feature_spec()
     label_name = features.transformed_name(label_key)
+    image_size = image_preprocessing.image_size_of(tf_transform_output) or 0  # 0: no image
+    decode_batches = bool(image_size) and not decode_images_per_element
 
     def parse(records):
         batch = tf.io.parse_example(records, feature_spec)
+        if decode_batches:
+            batch = image_preprocessing.decode_transformed(batch, image_size)
+        return split_label(batch)
+
+    def split_label(batch):
         label = batch.pop(label_name)
         return batch, label
+
+    def parse_and_decode_one(record):
+        example = tf.io.parse_single_example(record, feature_spec)
+        return image_preprocessing.decode_transformed_one(example, image_size)
 
     if cache_records:
         dataset = dataset.cache()
@@ -59,5 +76,8 @@ def make_dataset(
         dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
     if repeat:
         dataset = dataset.repeat()
+    if image_size and decode_images_per_element:
+        dataset = dataset.map(parse_and_decode_one, num_parallel_calls=tf.data.AUTOTUNE)
+        return dataset.batch(batch_size).map(split_label).prefetch(tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)

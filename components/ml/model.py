@@ -1,5 +1,5 @@
-"""Keras (tf-keras) classifiers over the transformed features: an MLP for tabular data, a small
-CNN or MobileNetV2 for images.
+"""Keras (tf-keras) models over the transformed features: an MLP classifier or regressor for
+tabular data, a small CNN or MobileNetV2 classifier for images.
 
 The model is built from the Transform output: float features go in as they are (z-scores, missing
 indicators), integer features are vocabulary indices and are one-hot encoded with the vocabulary
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components.ml import features, preprocessing
+from components.ml import features, image_preprocessing, preprocessing
 
 if TYPE_CHECKING:
     # mypy reads TensorFlow as untyped: this import only lets `keras.X` name classes (as Any).
@@ -53,12 +53,17 @@ def class_names(tf_transform_output: tft.TFTransformOutput) -> list[str]:
     ]
 
 
+def is_regression(tf_transform_output: tft.TFTransformOutput, label_key: str) -> bool:
+    """Transform decides the task: a class index (int64) or a z-scored number (float32)."""
+    spec = tf_transform_output.transformed_feature_spec()[features.transformed_name(label_key)]
+    return spec.dtype == tf.float32
+
+
 def image_input_shape(tf_transform_output: tft.TFTransformOutput) -> list[int] | None:
-    """[size, size, channels] of the transformed image feature; None for tabular data."""
-    spec = tf_transform_output.transformed_feature_spec().get(
-        features.transformed_name(features.IMAGE_KEY)
-    )
-    return list(spec.shape) if spec is not None and len(spec.shape) == 3 else None
+    """[size, size, channels] of the image the model reads (decoded from the transformed
+    image bytes by image_preprocessing.decode_transformed); None for tabular data."""
+    size = image_preprocessing.image_size_of(tf_transform_output)
+    return None if size is None else [size, size, image_preprocessing.CHANNELS]
 
 
 def _compile(model: keras.Model, learning_rate: float, jit_compile: bool) -> keras.Model:
@@ -144,6 +149,17 @@ def build_keras_model(
     x = keras.layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
     for units in hidden_units:
         x = keras.layers.Dense(units, activation="relu")(x)
+    if is_regression(tf_transform_output, label_key):
+        # One linear unit in z-score units of the training label (float32 under mixed precision).
+        prediction = keras.layers.Dense(1, name=features.NORMALIZED_PREDICTION, dtype="float32")(x)
+        regressor = _StepsWithoutAutograph(inputs=inputs, outputs=prediction)
+        regressor.compile(
+            optimizer=keras.optimizers.Adam(learning_rate),
+            loss=keras.losses.MeanSquaredError(),
+            metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+            jit_compile=jit_compile,
+        )
+        return regressor
     num_classes = len(class_names(tf_transform_output))
     # float32 output even under a mixed-precision policy, for a numerically stable softmax/loss.
     outputs = keras.layers.Dense(

@@ -3,8 +3,12 @@
 - numeric columns: missing values imputed with the training mean, then z-scored; a 0/1
   missing-indicator feature is added for columns the schema allows to be missing;
 - string columns: vocabulary (missing -> a reserved token, unseen -> one OOV bucket);
-- the label (custom_config['label_key']): vocabulary of class names, index as the target.
-Every output is a dense [batch] tensor.
+- the label (custom_config['label_key']): for classification (custom_config['task'], the
+  default) a vocabulary of class names (numbers as their text), index as the target; for
+  regression the number z-scored with the training mean and deviation (serving turns the
+  prediction back into the label's units).
+Every output is a dense [batch] tensor. Rows without a label never get here (ExampleGen
+rejects them).
 """
 
 from __future__ import annotations
@@ -38,30 +42,26 @@ def _dense_with_presence(value, default) -> tuple[tf.Tensor, tf.Tensor | None]:
 @tf.autograph.experimental.do_not_convert
 def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
     label_key = custom_config[features.LABEL_KEY_CONFIG]
+    task = custom_config.get(features.TASK_CONFIG, features.CLASSIFICATION)
     if label_key not in inputs:
         raise ValueError(
             f"label column {label_key!r} is not in the schema's features {sorted(inputs)}"
         )
+    if task not in (features.CLASSIFICATION, features.REGRESSION):
+        raise ValueError(f"task must be classification or regression, got {task!r}")
     outputs = {}
     for key, value in sorted(inputs.items()):
+        if key == label_key:
+            outputs[features.transformed_name(key)] = _label(key, value, task)
+            continue
         if value.dtype == tf.string:
             dense, _ = _dense_with_presence(value, features.MISSING_TOKEN)
-            if key == label_key:
-                outputs[features.transformed_name(key)] = tft.compute_and_apply_vocabulary(
-                    dense, vocab_filename=features.LABEL_VOCABULARY
-                )
-            else:
-                outputs[features.transformed_name(key)] = tft.compute_and_apply_vocabulary(
-                    dense,
-                    num_oov_buckets=NUM_OOV_BUCKETS,
-                    vocab_filename=features.vocabulary_name(key),
-                )
-            continue
-        if key == label_key:
-            raise ValueError(
-                f"label column {key!r} is numeric ({value.dtype.name}); this pipeline "
-                "classifies, so the label must be a string column of class names"
+            outputs[features.transformed_name(key)] = tft.compute_and_apply_vocabulary(
+                dense,
+                num_oov_buckets=NUM_OOV_BUCKETS,
+                vocab_filename=features.vocabulary_name(key),
             )
+            continue
         numeric = tf.cast(value.values if isinstance(value, tf.SparseTensor) else value, tf.float32)
         dense, present = _dense_with_presence(
             tf.SparseTensor(value.indices, numeric, value.dense_shape)
@@ -75,6 +75,32 @@ def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
         outputs[features.missing_indicator_name(key)] = 1.0 - tf.cast(present, tf.float32)
         outputs[features.transformed_name(key)] = _impute_and_z_score(numeric, dense, present)
     return outputs
+
+
+def _label(key: str, value, task: str) -> tf.Tensor:
+    """Class index (vocabulary of names) or z-scored number."""
+    if task == features.REGRESSION:
+        if value.dtype == tf.string:
+            raise ValueError(
+                f"label column {key!r} is text; regression needs a numeric label column"
+            )
+        values = value.values if isinstance(value, tf.SparseTensor) else value
+        numeric = tf.cast(values, tf.float32)
+        if isinstance(value, tf.SparseTensor):
+            numeric = tf.SparseTensor(value.indices, numeric, value.dense_shape)
+        dense, _ = _dense_with_presence(numeric, 0.0)
+        return tft.scale_to_z_score(dense)
+    if value.dtype != tf.string:
+        # Integer-coded classes (0/1, ratings): their text is the class name.
+        values = value.values if isinstance(value, tf.SparseTensor) else value
+        text = tf.strings.as_string(values, shortest=values.dtype.is_floating)
+        value = (
+            tf.SparseTensor(value.indices, text, value.dense_shape)
+            if isinstance(value, tf.SparseTensor)
+            else text
+        )
+    dense, _ = _dense_with_presence(value, features.MISSING_TOKEN)
+    return tft.compute_and_apply_vocabulary(dense, vocab_filename=features.LABEL_VOCABULARY)
 
 
 def _impute_and_z_score(observed: tf.Tensor, dense: tf.Tensor, present: tf.Tensor) -> tf.Tensor:

@@ -1,2 +1,3 @@
 """The custom TFX components: sharded CSV and image ExampleGens, the sharded Transform
-executor, the failing ExampleValidator and the previous-blessed baseline resolver."""
+executor, the failing ExampleValidator, the baseline read from the pushed models and the
+Evaluator that takes it."""

@@ -1,9 +1,11 @@
 """What the file-based ExampleGens (CSV, images) share: the hash-split input and output configs,
-Beam counters read back after the run, and the message that lists rejected inputs."""
+Beam counters read back after the run, where the listings of rejected inputs go (somewhere a
+failed run does not remove) and the message that points to them."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from apache_beam.metrics.metric import MetricsFilter
@@ -55,6 +57,19 @@ def hash_split_output(exec_properties: dict[str, Any], output_dict, component: s
         buckets=[split.hash_buckets for split in splits],
         examples=examples,
     )
+
+
+def listings_uri(examples_uri: str, name: str) -> str:
+    """The folder for an ExampleGen's listings (rejected rows or files, ignored files):
+    '<examples uri>-<name>', beside the Examples artifact's folder, not inside it. When the
+    execution fails (too many rejects, the usual reason to read the listing), TFX removes the
+    execution's output folders, and with them anything written inside; a sibling folder stays,
+    on every file system and orchestrator, and its path is in the error message."""
+    return f"{examples_uri.rstrip('/')}-{name}"
+
+
+def listing_file(examples_uri: str, name: str, listing: str) -> str:
+    return os.path.join(listings_uri(examples_uri, name), f"{listing}.jsonl")
 
 
 def rejection_listing(header: str, uri: str, rejected: list) -> str:

@@ -1,8 +1,9 @@
 """Cluster launchers: run one training task per process with its TF_CONFIG.
 
 One interface (Launcher.run(spec, task)) for every place a cluster can live. The local launcher
-starts the processes on localhost; a Kubernetes launcher (Kubeflow Training Operator TFJob) runs
-the same `python -m components.training.run_task` command in one pod per task.
+starts the processes on localhost; the Kubernetes launchers (a Training Operator v1 TFJob, a
+Kubeflow Trainer v2 TrainJob) run the same `python -m components.training.run_task` command in
+one pod per task.
 
 Tasks:
   multi_worker_mirrored  worker 0..N-1; worker 0 is the chief (exports the model)
@@ -37,6 +38,10 @@ PROGRESS_PREFIX = f"{PROGRESS_LOGGER}: "
 
 class ClusterError(RuntimeError):
     pass
+
+
+class Cancelled(ClusterError):
+    """The Trainer was asked to stop (SIGTERM: a cancelled run) while its cluster ran."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Entry point of one training task process: `python -m components.training.run_task --task FILE`.
 
 Reads the TrainTask JSON and this process's role from TF_CONFIG (set by the launcher: the local
-one, or the Kubeflow Training Operator in a pod). Workers and parameter servers of a
-parameter-server cluster serve until they are stopped; every other task runs the training
-function.
+one, or the Kubeflow Training Operator in a pod; in a Kubeflow Trainer v2 JobSet pod it is
+computed here from the JobSet's indexes, components.training.tf_config). Workers and parameter
+servers of a parameter-server cluster serve until they are stopped; every other task runs the
+training function.
 """
 
 from __future__ import annotations
@@ -59,6 +60,17 @@ def main(argv: list[str] | None = None) -> int:
     task = training.TrainTask.load(args.task)
     if task.settings.cpu_devices > 1:
         strategies.split_cpu(task.settings.cpu_devices)
+    if not os.environ.get("TF_CONFIG"):
+        # A Kubeflow Trainer v2 (JobSet) pod: TF_CONFIG from its indexes and host names.
+        from components.training import cluster
+        from components.training import tf_config as jobset_tf_config
+
+        computed = jobset_tf_config.from_environ(os.environ, cluster.ClusterSpec.for_task(task))
+        if computed:
+            os.environ["TF_CONFIG"] = computed  # before TensorFlow's resolver reads it
+            logging.getLogger("tfx_scaleout.cluster").info(
+                "TF_CONFIG from the JobSet: %s", computed
+            )
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     role = tf_config.get("task", {})
     if task.settings.strategy == "parameter_server" and role.get("type") in ("worker", "ps"):

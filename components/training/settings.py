@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from typing import Any, ClassVar, Union
@@ -37,6 +38,11 @@ CLEAN_POD_POLICIES = ("Running", "All", "None")
 DELETE_POLICIES = ("never", "on_success", "always")
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
+GANG_SCHEDULERS = ("none", "coscheduling", "volcano")
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+# A day: long enough for the project's models, short enough that a stuck job frees its GPUs.
+DEFAULT_DEADLINE_SECONDS = 24 * 3600
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def needs_cluster(strategy: str) -> bool:
@@ -154,76 +160,191 @@ class LocalLauncherConfig:
         pass
 
 
+def is_dns1123_label(name: str) -> bool:
+    """A name Kubernetes accepts for a namespace (RFC 1123 label: <= 63, a-z 0-9 -)."""
+    return len(name) <= 63 and bool(_DNS1123_LABEL.match(name))
+
+
+def is_dns1123_subdomain(name: str) -> bool:
+    """A name Kubernetes accepts for a service account (RFC 1123 subdomain: <= 253)."""
+    return len(name) <= 253 and all(_DNS1123_LABEL.match(part) for part in name.split("."))
+
+
+def launcher_field(default: Any, flag: str = "") -> Any:
+    """A Kubernetes launcher setting; `flag` is the run_kubeflow.py flag that sets it, named in
+    validation errors."""
+    return dataclasses.field(default=default, metadata={"launcher_flag": flag})
+
+
 @dataclasses.dataclass(frozen=True)
-class TFJobConfig:
-    """A Kubeflow Training Operator TFJob (kubeflow.org/v1) for multi-worker strategies: each pod
-    runs the local launcher's command; TF_CONFIG comes from the operator."""
+class KubernetesJobConfig:
+    """What both Kubernetes launchers (TFJob, TrainJob) share: where the pods run, as whom, on
+    which nodes, with what resources, for how long, and what happens to the job afterwards.
 
-    KIND: ClassVar[str] = "tfjob"
+    Empty namespace and service account mean "the Trainer pod's own", resolved when the job is
+    launched: the namespace from the pod's service-account namespace file, the service account
+    from the pod object (the account KFP runs pipeline pods as holds the pipeline root's storage
+    credentials)."""
 
-    image: str = ""
-    namespace: str = "kubeflow"
-    worker: Resources = Resources(cpu=4, memory_gb=16, gpus=1)
-    chief: Resources = Resources(cpu=4, memory_gb=16, gpus=1)
+    KIND: ClassVar[str] = ""
+
+    image: str = launcher_field("", "--gpu_image")
+    namespace: str = launcher_field("", "--job_namespace")
+    service_account: str = launcher_field("", "--job_service_account")
+    worker: Resources = launcher_field(
+        Resources(cpu=4, memory_gb=16, gpus=1), "--worker_cpu/--worker_memory_gb/--gpus"
+    )
+    # parameter_server's coordinator (TF task type chief) only dispatches steps: no GPU.
+    chief: Resources = Resources(cpu=2, memory_gb=8)
     ps: Resources = Resources(cpu=2, memory_gb=8)
-    restart_policy: str = "OnFailure"
-    # Pod restarts before the TFJob fails (runPolicy.backoffLimit).
-    backoff_limit: int = 3
-    # Pods deleted when the job ends (parameter servers never exit by themselves).
-    clean_pod_policy: str = "Running"
-    # The TFJob object itself: deleted after success, always, or kept for inspection.
-    delete_policy: str = "on_success"
-    service_account: str = ""
     # Where pods that request GPUs go.
     gpu_pool: GpuPool = GpuPool()
     # Shared storage for the transformed shards and the model directory when the pipeline root
     # is a mounted volume (a PVC); with gs:// or s3:// pipeline roots leave it empty.
-    pvc_name: str = ""
-    mount_path: str = ""
+    pvc_name: str = launcher_field("", "--pvc_name")
+    mount_path: str = launcher_field("", "--mount_path")
+    # The job fails (and its pods are stopped) after this long: a stuck or half-scheduled job
+    # does not hold GPUs forever. The launcher stops waiting a little later.
+    active_deadline_seconds: int = launcher_field(
+        DEFAULT_DEADLINE_SECONDS, "--job_deadline_seconds"
+    )
+    # All pods scheduled at once or none (a PodGroup): no half-started cluster holding GPUs.
+    gang_scheduling: str = launcher_field("none", "--gang_scheduling")
+    gang_schedule_timeout_seconds: int = launcher_field(600, "--gang_schedule_timeout_seconds")
+    # The job object itself: deleted after success, always, or kept for inspection. A cancelled
+    # Trainer (SIGTERM) always deletes it.
+    delete_policy: str = launcher_field("on_success", "--job_delete")
     poll_seconds: float = 10.0
-    # 0: wait as long as it takes.
-    timeout_seconds: float = 0.0
+
+    def _field(self, name: str) -> str:
+        flag_name = _launcher_flag(type(self), name.split(".")[0])
+        return f"{self.KIND}.{name}" + (f" ({flag_name})" if flag_name else "")
 
     def validate(self) -> None:
-        require = _kubernetes_require
-        require(bool(self.image), "tfjob.image", "must name the (GPU) training image")
-        require(bool(self.namespace), "tfjob.namespace", "must not be empty")
+        def require(condition: bool, name: str, message: str) -> None:
+            _kubernetes_require(condition, self._field(name), message)
+
+        require(bool(self.image), "image", "must name the (GPU) training image")
+        require(
+            not self.namespace or is_dns1123_label(self.namespace),
+            "namespace",
+            f"must be a Kubernetes namespace name (lower-case letters, digits and '-', at most "
+            f"63, starting and ending alphanumeric), got {self.namespace!r}",
+        )
+        require(
+            not self.service_account or is_dns1123_subdomain(self.service_account),
+            "service_account",
+            "must be a Kubernetes service account name (DNS-1123 subdomain: lower-case "
+            f"letters, digits, '-' and '.', at most 253), got {self.service_account!r}",
+        )
         for name in ("worker", "chief", "ps"):
-            getattr(self, name).validate(f"tfjob.{name}")
+            getattr(self, name).validate(self._field(name))
+        require(self.chief.gpus == 0, "chief.gpus", "must be 0: the coordinator runs no steps")
+        require(self.ps.gpus == 0, "ps.gpus", "must be 0: parameter servers hold variables")
         self.gpu_pool.validate()
         require(
-            self.restart_policy in RESTART_POLICIES,
-            "tfjob.restart_policy",
-            f"must be one of {RESTART_POLICIES}, got {self.restart_policy!r}",
+            bool(self.pvc_name) == bool(self.mount_path),
+            "pvc_name",
+            f"and {self._field('mount_path')} go together (the volume holding the pipeline root)",
         )
-        require(self.backoff_limit >= 0, "tfjob.backoff_limit", "must be >= 0")
         require(
-            self.clean_pod_policy in CLEAN_POD_POLICIES,
-            "tfjob.clean_pod_policy",
-            f"must be one of {CLEAN_POD_POLICIES}, got {self.clean_pod_policy!r}",
+            self.active_deadline_seconds >= 1,
+            "active_deadline_seconds",
+            f"must be >= 1, got {self.active_deadline_seconds}",
+        )
+        require(
+            self.gang_scheduling in GANG_SCHEDULERS,
+            "gang_scheduling",
+            f"must be one of {GANG_SCHEDULERS}, got {self.gang_scheduling!r}",
+        )
+        require(
+            self.gang_schedule_timeout_seconds >= 1,
+            "gang_schedule_timeout_seconds",
+            f"must be >= 1, got {self.gang_schedule_timeout_seconds}",
         )
         require(
             self.delete_policy in DELETE_POLICIES,
-            "tfjob.delete_policy",
+            "delete_policy",
             f"must be one of {DELETE_POLICIES}, got {self.delete_policy!r}",
         )
-        require(
-            bool(self.pvc_name) == bool(self.mount_path),
-            "tfjob.pvc_name",
-            "and tfjob.mount_path go together (the volume holding the pipeline root)",
-        )
-        require(self.poll_seconds > 0, "tfjob.poll_seconds", "must be > 0")
-        require(self.timeout_seconds >= 0, "tfjob.timeout_seconds", "must be >= 0")
+        require(self.poll_seconds > 0, "poll_seconds", "must be > 0")
 
     def to_dict(self) -> dict:
         return to_dict(self)
 
     @classmethod
-    def from_dict(cls, values: dict) -> TFJobConfig:
+    def from_dict(cls, values: dict) -> Any:
         return from_dict(cls, values)
 
 
-LauncherConfig = Union[LocalLauncherConfig, TFJobConfig]  # noqa: UP007 (a runtime union)
+def _launcher_flag(cls: type, name: str) -> str:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return fields[name].metadata.get("launcher_flag", "") if name in fields else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TFJobConfig(KubernetesJobConfig):
+    """A Kubeflow Training Operator v1 TFJob (kubeflow.org/v1, the operator's 1.9 branch): each
+    pod runs the local launcher's command; TF_CONFIG comes from the operator."""
+
+    KIND: ClassVar[str] = "tfjob"
+
+    # ExitCode: exit codes 1-127 (a code error) fail the job at once; 128-255 (killed: preempted,
+    # evicted, OOM) restart the pod. OnFailure would restart a code error in place forever.
+    restart_policy: str = "ExitCode"
+    # Pod restarts before the TFJob fails (runPolicy.backoffLimit).
+    backoff_limit: int = 3
+    # Pods deleted when the job ends (parameter servers never exit by themselves).
+    clean_pod_policy: str = "Running"
+
+    def validate(self) -> None:
+        super().validate()
+        require = _kubernetes_require
+        require(
+            self.restart_policy in RESTART_POLICIES,
+            self._field("restart_policy"),
+            f"must be one of {RESTART_POLICIES}, got {self.restart_policy!r}",
+        )
+        require(self.backoff_limit >= 0, self._field("backoff_limit"), "must be >= 0")
+        require(
+            self.clean_pod_policy in CLEAN_POD_POLICIES,
+            self._field("clean_pod_policy"),
+            f"must be one of {CLEAN_POD_POLICIES}, got {self.clean_pod_policy!r}",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainJobConfig(KubernetesJobConfig):
+    """A Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) on a TensorFlow runtime this
+    project ships (kubeflow/trainjob-runtimes.yaml, or `run_kubeflow.py manifests`): the pods
+    run as a JobSet and compute their TF_CONFIG from the JobSet's indexes and host names."""
+
+    KIND: ClassVar[str] = "trainjob"
+
+    # Empty: the project's runtime for the strategy (components.training.trainjob.runtime_name).
+    runtime_name: str = launcher_field("", "--trainjob_runtime")
+    runtime_kind: str = launcher_field("TrainingRuntime", "--trainjob_runtime_kind")
+    # JobSet restarts (all pods recreated) after a retryable failure (failurePolicy.maxRestarts);
+    # run_kubeflow.py sets it from TrainingConfig.max_restarts, whose default this is.
+    max_restarts: int = 2
+
+    def validate(self) -> None:
+        super().validate()
+        require = _kubernetes_require
+        require(
+            not self.runtime_name or is_dns1123_subdomain(self.runtime_name),
+            self._field("runtime_name"),
+            f"must be a Kubernetes object name, got {self.runtime_name!r}",
+        )
+        require(
+            self.runtime_kind in RUNTIME_KINDS,
+            self._field("runtime_kind"),
+            f"must be one of {RUNTIME_KINDS}, got {self.runtime_kind!r}",
+        )
+        require(self.max_restarts >= 0, self._field("max_restarts"), "must be >= 0")
+
+
+LauncherConfig = Union[LocalLauncherConfig, TFJobConfig, TrainJobConfig]  # noqa: UP007 (a runtime union)
 LAUNCHER_CONFIGS: dict[str, type] = {cls.KIND: cls for cls in typing.get_args(LauncherConfig)}
 
 
@@ -278,60 +399,67 @@ class TrainingConfig:
     def validate(self) -> TrainingConfig:
         _require(
             self.strategy in STRATEGIES,
-            "training.strategy",
+            _training_field("strategy"),
             f"must be one of {STRATEGIES}, got {self.strategy!r}",
         )
-        _require(self.epochs >= 1, "training.epochs", f"must be >= 1, got {self.epochs}")
+        _require(self.epochs >= 1, _training_field("epochs"), f"must be >= 1, got {self.epochs}")
         for name in ("train_steps", "eval_steps"):
             value = getattr(self, name)
-            _require(value is None or value >= 1, f"training.{name}", f"must be >= 1, got {value}")
+            _require(
+                value is None or value >= 1, _training_field(name), f"must be >= 1, got {value}"
+            )
         _require(
-            self.per_replica_batch_size >= 1, "training.per_replica_batch_size", "must be >= 1"
+            self.per_replica_batch_size >= 1,
+            _training_field("per_replica_batch_size"),
+            "must be >= 1",
         )
-        _require(self.learning_rate > 0, "training.learning_rate", "must be > 0")
+        _require(self.learning_rate > 0, _training_field("learning_rate"), "must be > 0")
         _require(
             bool(self.hidden_units) and all(u >= 1 for u in self.hidden_units),
-            "training.hidden_units",
+            _training_field("hidden_units"),
             f"must be positive layer widths, got {self.hidden_units}",
         )
-        _require(self.workers >= 1, "training.workers", f"must be >= 1, got {self.workers}")
+        _require(self.workers >= 1, _training_field("workers"), f"must be >= 1, got {self.workers}")
+        _require(self.ps >= 0, _training_field("ps"), f"must be >= 0, got {self.ps}")
         if self.strategy == "parameter_server":
             _require(
                 self.ps >= 1,
-                "training.ps",
+                _training_field("ps"),
                 "must be >= 1 for strategy parameter_server (parameter servers)",
             )
         else:
             _require(
                 self.ps == 0,
-                "training.ps",
+                _training_field("ps"),
                 f"is only valid with strategy parameter_server, got ps={self.ps} with "
                 f"{self.strategy}",
             )
         if not self.needs_cluster:
             _require(
                 self.workers == 1,
-                "training.workers",
+                _training_field("workers"),
                 f"must be 1 for the single-worker strategy {self.strategy}",
             )
         _require(
             self.shard_policy in SHARD_POLICIES,
-            "training.shard_policy",
+            _training_field("shard_policy"),
             f"must be one of {SHARD_POLICIES}, got {self.shard_policy!r}",
         )
         _require(
             self.mixed_precision in (None, *MIXED_PRECISION),
-            "training.mixed_precision",
+            _training_field("mixed_precision"),
             f"must be one of {MIXED_PRECISION} or unset, got {self.mixed_precision!r}",
         )
         _require(
-            self.checkpoint_every_steps >= 0, "training.checkpoint_every_steps", "must be >= 0"
+            self.checkpoint_every_steps >= 0,
+            _training_field("checkpoint_every_steps"),
+            "must be >= 0",
         )
-        _require(self.max_restarts >= 0, "training.max_restarts", "must be >= 0")
-        _require(self.cpu_devices >= 0, "training.cpu_devices", "must be >= 0")
+        _require(self.max_restarts >= 0, _training_field("max_restarts"), "must be >= 0")
+        _require(self.cpu_devices >= 0, _training_field("cpu_devices"), "must be >= 0")
         _require(
             self.image_model in features.IMAGE_MODELS,
-            "training.image_model",
+            _training_field("image_model"),
             f"must be one of {features.IMAGE_MODELS}, got {self.image_model!r}",
         )
         self.launcher.validate()
@@ -352,6 +480,14 @@ class TrainingConfig:
                 f"invalid Trainer custom_config: no {features.LABEL_KEY_CONFIG!r}"
             ) from None
         return label_key, from_dict(cls, values)
+
+
+def _training_field(name: str) -> str:
+    """training.NAME, with the runners' flag when the field has one (errors name the flag)."""
+    field = TrainingConfig.__dataclass_fields__[name]
+    if "flag" not in field.metadata:
+        return f"training.{name}"
+    return f"training.{name} (--{field.metadata['flag'] or name})"
 
 
 # --- The codec: frozen dataclasses <-> JSON types -------------------------------------------

@@ -142,3 +142,32 @@ def image_transform_run(tmp_path_factory):
         },
     )
     return analyze_and_transform(out, raw, raw_metadata, fn)
+
+
+@pytest.fixture(scope="session")
+def regression_transform_run(tmp_path_factory):
+    """Analyze + transform scikit-learn's diabetes data (real, 442 rows) for regression: float
+    features and an integer label, all optional (VarLen) as an inferred schema has them."""
+    import tensorflow as tf
+
+    from pipeline import regression_data
+
+    out = tmp_path_factory.mktemp("regression_transform")
+    root = regression_data.write_diabetes(str(out / "data"))
+    with open(os.path.join(root, regression_data.DIABETES_FILE), newline="") as handle:
+        records = list(csv.DictReader(handle))
+    label = regression_data.DIABETES_LABEL
+    raw = [
+        {k: [int(v)] if k == label else [float(v)] for k, v in record.items()} for record in records
+    ]
+    feature_spec = {
+        k: tf.io.VarLenFeature(tf.int64 if k == label else tf.float32) for k in records[0]
+    }
+    raw_metadata = dataset_metadata.DatasetMetadata(
+        schema_utils.schema_from_feature_spec(feature_spec)
+    )
+    fn = functools.partial(
+        preprocessing.preprocessing_fn,
+        custom_config={features.LABEL_KEY_CONFIG: label, features.TASK_CONFIG: "regression"},
+    )
+    return {**analyze_and_transform(out, raw, raw_metadata, fn), "label": label}

@@ -61,8 +61,16 @@ def run_example_gen(executor_class, examples_uri, input_base, pattern, parameter
 
 
 def run_executor(
-    tmp_path, data_dir, *, num_shards=3, column_types=None, max_rejected=0.0, beam_args=IN_MEMORY
+    tmp_path,
+    data_dir,
+    *,
+    num_shards=3,
+    column_types=None,
+    max_rejected=0.0,
+    beam_args=IN_MEMORY,
+    **parameters,
 ):
+    """parameters: further executor parameters (delimiter, excluded_columns, label_key)."""
     return run_example_gen(
         executor.Executor,
         tmp_path / "examples",
@@ -73,6 +81,7 @@ def run_executor(
             "null_values": json.dumps(["", "NA"]),
             "column_types": json.dumps(column_types or {}),
             "max_rejected_fraction": max_rejected,
+            **parameters,
         },
         beam_args,
     )

@@ -28,11 +28,13 @@ COMPONENTS = (
     "ExampleValidator",
     "Trainer",
     "Pusher",
-    "baseline_model_resolver-model-blessing-resolver",
-    "baseline_model_resolver-model-resolver",
+    "BaselineModel",
 )
+DRIVER = "CsvExampleGen-driver"
 EXECUTORS = {
     "CsvExampleGen": "components.tfx_components.example_gen.executor.Executor",
+    "BaselineModel": "components.tfx_components.baseline_model.executor.Executor",
+    "Evaluator": "components.tfx_components.evaluator.executor.Executor",
     "Transform": "components.tfx_components.transform.executor.Executor",
     "ExampleValidator": "components.tfx_components.validation.executor.Executor",
     "Trainer": "tfx.components.trainer.executor.GenericExecutor",
@@ -121,10 +123,9 @@ def test_every_component_with_image_command_and_executor(flink_gpu):
     assert spec.pipeline_info.name == "penguins-pipeline"
     assert spec.schema_version == "2.1.0"
     assert spec.default_pipeline_root == "gs://bucket/tfx"
-    assert set(spec.root.dag.tasks) == set(COMPONENTS)
+    assert set(spec.root.dag.tasks) == {*COMPONENTS, DRIVER}
+    assert list(_container(spec, DRIVER).command) == compiler.DRIVER_COMMAND
     for task in COMPONENTS:
-        if task.startswith("baseline_model_resolver"):
-            continue  # resolvers are KFP MLMD queries, not containers
         container = _container(spec, task)
         assert container.image == (GPU_IMAGE if task == "Trainer" else IMAGE), task
         assert list(container.command) == compiler.EXECUTOR_COMMAND
@@ -186,16 +187,24 @@ def test_data_root_is_a_runtime_parameter_and_files_are_in_the_image(flink_gpu):
 
 def test_multi_worker_training_goes_to_a_tfjob(tfjob_dataflow):
     spec, platform, _ = tfjob_dataflow
-    # The Trainer's pod only follows the TFJob: no GPU, so no GPU pool either.
-    assert _container(spec, "Trainer").resources.accelerator.count == 0
-    assert platform is None
+    # The Trainer's pod only follows the TFJob: a small CPU-only request, no GPU pool either.
+    resources = _container(spec, "Trainer").resources
+    assert resources.accelerator.count == 0
+    assert (resources.cpu_limit, resources.memory_limit) == (1, 2)
+    executors = json_format.MessageToDict(platform.platforms["kubernetes"].deployment_spec)[
+        "executors"
+    ]
+    trainer = executors.get(spec.components["Trainer"].executor_label, {})
+    assert "nodeSelector" not in trainer and "tolerations" not in trainer
     config = json.loads(_task_parameter(spec, "Trainer", "custom_config"))
     assert (config["strategy"], config["workers"], config["ps"]) == ("parameter_server", 4, 2)
     assert config["launcher"]["kind"] == "tfjob"
     settings = TFJobConfig.from_dict(config["launcher"])
     settings.validate()
     assert (settings.image, settings.namespace) == (GPU_IMAGE, "ml")
-    assert (settings.worker.gpus, settings.chief.gpus, settings.ps.gpus) == (1, 1, 0)
+    # The coordinator (chief) and parameter servers get no GPU.
+    assert (settings.worker.gpus, settings.chief.gpus, settings.ps.gpus) == (1, 0, 0)
+    assert settings.restart_policy == "ExitCode" and settings.service_account == ""
     assert (settings.pvc_name, settings.mount_path) == ("pipeline-root", "/mnt/pipeline")
     assert settings.gpu_pool.tolerations[0].key == "nvidia.com/gpu"
 
@@ -218,7 +227,7 @@ def test_beam_components_get_the_dataflow_args(tfjob_dataflow):
     [
         (["--node_selector=pool"], "invalid --node_selector 'pool': expected NAME=VALUE"),
         (["--beam_runner=spark"], "beam.spark_master_url or beam.job_endpoint must be set"),
-        (["--strategy=parameter_server"], "training.ps must be >= 1"),
+        (["--strategy=parameter_server"], "training.ps (--ps) must be >= 1"),
         (["--data_root=gs://bucket/csv"], "--label is required with --data_root"),
         (
             ["--data_root=gs://bucket/mine", "--label=y"],
@@ -271,13 +280,24 @@ def test_user_csv_with_curated_schema_reads_columns_in_schema_order(tmp_path):
         compiler.image_path(str(outside))
 
 
-def test_ingestion_is_never_taken_from_the_kfp_cache(flink_gpu):
-    """KFP caches by parameters and runs no ExampleGen driver (which fingerprints the files
-    locally): new data under the same data_root must be read again."""
+def test_example_gen_is_cached_by_the_fingerprint_its_driver_task_computes(flink_gpu):
+    """KFP runs no TFX driver: the driver is a task of its own, never cached, and hands the
+    input fingerprint to ExampleGen as a parameter, which KFP's cache key includes."""
     spec, _, _ = flink_gpu
     tasks = spec.root.dag.tasks
-    assert not tasks["CsvExampleGen"].caching_options.enable_cache
-    assert all(tasks[name].caching_options.enable_cache for name in ("Transform", "Trainer"))
+    assert not tasks[DRIVER].caching_options.enable_cache
+    assert tasks[DRIVER].inputs.parameters["input_base"].component_input_parameter == "data_root"
+    example_gen = tasks["CsvExampleGen"]
+    assert example_gen.caching_options.enable_cache
+    assert DRIVER in example_gen.dependent_tasks
+    for name in compiler.DRIVER_OUTPUTS:
+        reference = example_gen.inputs.parameters[name].task_output_parameter
+        assert (reference.producer_task, reference.output_parameter_key) == (DRIVER, name)
+    assert all(tasks[name].caching_options.enable_cache for name in COMPONENTS)
+    # TFX's entry point types execution properties from the inputs spec in the arguments.
+    args = list(_container(spec, "CsvExampleGen").args)
+    inputs_spec = json.loads(args[args.index("--json_serialized_inputs_spec_args") + 1])
+    assert inputs_spec["parameters"]["span"] == {"parameterType": "NUMBER_INTEGER"}
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +309,11 @@ def digits(tmp_path_factory):
 def test_digits_compiles_the_image_pipeline_reading_the_folders_in_the_image(digits):
     spec, _, _ = digits
     assert spec.pipeline_info.name == "digits-pipeline"
-    image_components = {"ImageExampleGen", *(set(COMPONENTS) - {"CsvExampleGen"})}
+    image_components = {
+        "ImageExampleGen",
+        "ImageExampleGen-driver",
+        *(set(COMPONENTS) - {"CsvExampleGen"}),
+    }
     assert set(spec.root.dag.tasks) == image_components
     args = list(_container(spec, "ImageExampleGen").args)
     assert (
@@ -303,7 +327,12 @@ def test_digits_compiles_the_image_pipeline_reading_the_folders_in_the_image(dig
     assert input_base.component_input_parameter == "data_root"
     schema_file = _task_parameter(spec, "ImportSchemaGen", "schema_file")
     assert schema_file == f"{IMAGE_PROJECT_DIR}/schemas/digits/schema.pbtxt"
-    assert not spec.root.dag.tasks["ImageExampleGen"].caching_options.enable_cache
+    # Cached by the fingerprint of the image files its driver task computes.
+    tasks = spec.root.dag.tasks
+    assert tasks["ImageExampleGen"].caching_options.enable_cache
+    assert not tasks["ImageExampleGen-driver"].caching_options.enable_cache
+    fingerprint = tasks["ImageExampleGen"].inputs.parameters["input_fingerprint"]
+    assert fingerprint.task_output_parameter.producer_task == "ImageExampleGen-driver"
     transform = json.loads(_task_parameter(spec, "Transform", "custom_config"))
     # Images stream one file per Beam bundle (flat memory) unless --transform_shards is set.
     assert (transform["image_size"], transform["num_output_shards"]) == (32, 0)

@@ -12,14 +12,13 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 import yaml
 
-from components.ml import features
-from kubeflow import run_kubeflow
+from components.ml import features, image_preprocessing
+from kubeflow import example_gen_driver, run_kubeflow
 from pipeline import datasets, image_data
 
 
@@ -66,6 +65,17 @@ def _run_task(
             # What KFP substitutes for the pipeline parameter: here, data on this machine.
             assert value["componentInputParameter"] == "data_root"
             parameters[name] = data_root
+        elif "taskOutputParameter" in value:
+            # ExampleGen's driver task (span, fingerprint, resolved input config), as it
+            # computes them in its pod.
+            driver = spec["root"]["dag"]["tasks"][value["taskOutputParameter"]["producerTask"]]
+            input_config = driver["inputs"]["parameters"]["input_config"]["runtimeValue"]
+            driver_args = spec["deploymentSpec"]["executors"][
+                spec["components"][driver["componentRef"]["name"]]["executorLabel"]
+            ]["container"]["args"]
+            driver_class = driver_args[driver_args.index("--driver_class_path") + 1]
+            resolved = example_gen_driver.resolve(data_root, input_config["constant"], driver_class)
+            parameters[name] = resolved[value["taskOutputParameter"]["outputParameterKey"]]
         else:
             parameters[name] = value["runtimeValue"]["constant"]
     outputs = {}
@@ -126,7 +136,9 @@ def test_compiled_image_pipeline_containers_ingest_and_transform_the_digits(tmp_
     ]
     counts = json.loads(metadata["split_example_counts"])
     assert set(counts) == {"train", "eval"}
-    assert sum(counts.values()) == metadata["num_files_found"] == 1797
+    # The folder's completion marker lies directly under the root: found and ignored.
+    assert metadata["num_files_ignored"] == 1
+    assert sum(counts.values()) == metadata["num_files_found"] - 1 == 1797
     assert metadata["num_files_rejected"] == 0
     assert json.loads(metadata["label_vocabulary"]) == [str(digit) for digit in range(10)]
     for split in ("train", "eval"):
@@ -135,7 +147,8 @@ def test_compiled_image_pipeline_containers_ingest_and_transform_the_digits(tmp_
         ]
 
     # Transform's pod: the examples and the curated schema (as ImportSchemaGen's artifact) in;
-    # the transform graph and the decoded, resized, scaled pixels out.
+    # the transform graph (which records the resize target) and the encoded bytes out: pixels
+    # are decoded where they are consumed (trainer, evaluator, serving).
     schema_uri = tmp_path / "schema"
     schema_uri.mkdir()
     shutil.copy(datasets.curated_schema_path(datasets.DIGITS), schema_uri / "schema.pbtxt")
@@ -150,16 +163,19 @@ def test_compiled_image_pipeline_containers_ingest_and_transform_the_digits(tmp_
     )
     graph = tft.TFTransformOutput(outputs["transform_graph"][1])
     assert graph.vocabulary_size_by_name(features.LABEL_VOCABULARY) == 10
+    # Transform keeps the encoded image bytes and records the resize target in the transform
+    # graph; decoding them as the trainer and the signatures do gives the scaled pixels.
+    assert image_preprocessing.image_size_of(graph) == 32  # --image_size default
     _, transformed_uri = outputs["transformed_examples"]
-    pixels_key = features.transformed_name(features.IMAGE_KEY)
     total = 0
     for split in ("train", "eval"):
         files = glob.glob(os.path.join(transformed_uri, f"Split-{split}", "*"))
         for record in tf.data.TFRecordDataset(files):
             example = tf.train.Example.FromString(record.numpy())
-            pixels = np.array(example.features.feature[pixels_key].float_list.value)
-            # --image_size default 32, three channels, scaled to [0, 1].
-            assert pixels.shape == (32 * 32 * 3,)
-            assert pixels.min() >= 0.0 and 0.0 < pixels.max() <= 1.0
+            [encoded] = example.features.feature[image_preprocessing.ENCODED_IMAGE].bytes_list.value
+            if total < 20:  # decoding every one would add nothing but time
+                pixels = image_preprocessing.decode_one(tf.constant(encoded), 32).numpy()
+                assert pixels.shape == (32, 32, 3)
+                assert pixels.min() >= 0.0 and 0.0 < pixels.max() <= 1.0
             total += 1
     assert total == 1797

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tensorflow_model_analysis as tfma
 from tfx.types import channel, standard_artifacts
 
 from components.tfx_components.transform import executor as transform_executor
@@ -45,3 +46,28 @@ def test_images_default_to_the_transform_executor_s_streamed_output():
     assert config_lib.learning_rate_for(images, None) == config_lib.IMAGE_LEARNING_RATE
     assert config_lib.learning_rate_for(tabular, None) == config_lib.TrainingConfig.learning_rate
     assert config_lib.learning_rate_for(images, 0.05) == 0.05
+
+
+def test_regression_eval_config_thresholds_skill_over_the_training_mean(tmp_path):
+    from pipeline import config as config_lib
+    from pipeline import datasets
+
+    dataset = datasets.user_csv(str(tmp_path), "mpg", task="regression")
+    config = config_lib.local_config(
+        dataset=dataset, output_root=str(tmp_path), min_regression_skill=0.25
+    )
+    eval_config = builder.eval_config(config)
+    [spec] = eval_config.model_specs
+    assert dict(spec.label_keys) == {"prediction": "mpg", "prediction_xf": "mpg_xf"}
+    units, normalized = eval_config.metrics_specs
+    assert [m.class_name for m in units.metrics] == [
+        "ExampleCount",
+        "MeanAbsoluteError",
+        "RootMeanSquaredError",
+    ]
+    [skill] = normalized.metrics
+    assert skill.module == "components.ml.metrics" and list(normalized.output_names) == [
+        "prediction_xf"
+    ]
+    assert skill.threshold.value_threshold.lower_bound.value == 0.25
+    assert skill.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER

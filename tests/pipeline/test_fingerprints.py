@@ -101,9 +101,13 @@ def test_every_component_of_the_pipeline_carries_its_fingerprint(tmp_path):
         "ExampleValidator",
         "Transform",
         "Trainer",
+        "BaselineModel",
         "Evaluator",
         "Pusher",
-    }  # the resolver is never cached, so it has none
+    }
+    baseline = by_node["BaselineModel"]["code"]
+    assert "components/tfx_components/baseline_model/executor.py" in baseline
+    assert "components/tfx_components/evaluator/executor.py" in by_node["Evaluator"]["code"]
     for value in by_node.values():
         assert value["stack"] == fingerprints.stack_versions()
         assert value["stack"]["tfx"] == "1.16.0"
@@ -129,3 +133,12 @@ def test_a_digest_given_by_the_runner_is_used_for_a_schema_not_readable_here(tmp
         tmp_path, schema_path="/app/schemas/penguins/schema.pbtxt", schema_digest="abc"
     )
     assert by_node["ImportSchemaGen"]["schema"] == "abc"
+
+
+def test_the_evaluator_of_a_regression_carries_its_metric_module(tmp_path):
+    penguins = _penguin_fingerprints(tmp_path / "classification")
+    regression = _penguin_fingerprints(
+        tmp_path / "regression", label_key="body_mass_g", task="regression"
+    )
+    assert "components/ml/metrics.py" in regression["Evaluator"]["code"]
+    assert "components/ml/metrics.py" not in penguins["Evaluator"]["code"]

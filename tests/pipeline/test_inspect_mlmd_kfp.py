@@ -329,23 +329,32 @@ def test_artifacts(capsys, kfp_store):
 
 def test_lineage(capsys, kfp_store):
     first = kfp_store["first"]
-    tree = inspect_json(capsys, kfp_store["path"], "lineage", str(first["statistics"]))
-    upstream = tree["upstream"]
-    assert upstream["type"] == "ExampleStatistics"
-    assert upstream["produced_by"]["component"] == "StatisticsGen"
-    [examples] = upstream["produced_by"]["inputs"]
-    assert examples["artifact"] == first["examples"]
-    assert examples["produced_by"]["component"] == "CsvExampleGen"
-    assert examples["produced_by"]["source"] == DATA_V1
-    assert examples["produced_by"]["inputs"] == []
+    example_gen, statistics_gen = first["executions"]
+    graph = inspect_json(capsys, kfp_store["path"], "lineage", str(first["statistics"]))
+    assert graph["artifact"]["type"] == "ExampleStatistics"
+    upstream = graph["upstream"]
+    assert [(e["execution"], e["component"], e["run"]) for e in upstream["executions"]] == [
+        (example_gen, "CsvExampleGen", RUN_1),
+        (statistics_gen, "StatisticsGen", RUN_1),
+    ]
+    assert upstream["executions"][0]["source"] == DATA_V1
+    assert [a["artifact"] for a in upstream["artifacts"]] == [
+        first["examples"],
+        first["statistics"],
+    ]
+    assert upstream["edges"] == [
+        {"artifact": first["examples"], "execution": example_gen, "direction": "output"},
+        {"artifact": first["examples"], "execution": statistics_gen, "direction": "input"},
+        {"artifact": first["statistics"], "execution": statistics_gen, "direction": "output"},
+    ]
 
     down = inspect_json(capsys, kfp_store["path"], "lineage", str(first["examples"]))["downstream"]
-    [consumer] = down["consumed_by"]
-    assert consumer["component"] == "StatisticsGen"
-    assert [o["artifact"] for o in consumer["outputs"]] == [first["statistics"]]
+    assert [e["component"] for e in down["executions"]] == ["StatisticsGen"]
+    assert {a["artifact"] for a in down["artifacts"]} == {first["examples"], first["statistics"]}
 
     text = inspect(capsys, "--metadata", kfp_store["path"], "lineage", str(first["statistics"]))
-    assert f"<- CsvExampleGen (execution {first['executions'][0]}) from {DATA_V1}" in text
+    assert f"CsvExampleGen (execution {example_gen}, COMPLETE, run {RUN_1}) from {DATA_V1}" in text
+    assert text.count("(execution ") == 2  # each upstream execution once; nothing downstream
 
 
 def test_diff_leaves_out_per_attempt_bookkeeping(capsys, kfp_store):

@@ -93,3 +93,157 @@ def test_image_folders_with_a_schema_lacking_the_image_features(tmp_path):
     lacking = r"lacks the image feature\(s\) \['class_name', 'image'\] \(--schema\)"
     with pytest.raises(preflight.InputError, match=lacking):
         preflight.check_images(csv_schema)
+
+
+# --- issue 19: tasks, label checks, column roles, delimiters ---------------------------------
+
+
+def csv_dataset(data_root, label="y", task="auto", **fields):
+    return DatasetConfig(name="t", data_root=data_root, label_key=label, task=task, **fields)
+
+
+def rows(header: str, values, sep=","):
+    return header + "\n" + "".join(sep.join(map(str, row)) + "\n" for row in values)
+
+
+@pytest.mark.parametrize(
+    "labels, task",
+    [
+        (["a", "b", "a", "c"], "classification"),  # strings
+        ([0, 1, 1, 0], "classification"),  # integer-coded classes
+        ([3, 5, 4, 9, 7, 6, 8, 3], "classification"),  # a few integers (ratings)
+        ([18.0, 15.5, 36.1, 24.0], "regression"),  # miles per gallon
+        (list(range(100, 160, 4)), "regression"),  # many distinct integers
+    ],
+)
+def test_auto_task_from_the_label_values(write_csv, labels, task):
+    write_csv("a.csv", rows("x,y", [(i, label) for i, label in enumerate(labels)]))
+    assert preflight.check_dataset(csv_dataset(write_csv.dir))["task"] == task
+
+
+def test_forced_task_is_kept_and_text_cannot_be_regressed(write_csv):
+    write_csv("a.csv", rows("x,y", [(1, 0), (2, 1), (3, 1)]))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir, task="regression"))
+    assert facts["task"] == "regression"
+    write_csv("a.csv", rows("x,y", [(1, "a"), (2, "b")]))
+    with pytest.raises(preflight.InputError, match=r"holds text \('a'\).*--task classification"):
+        preflight.check_dataset(csv_dataset(write_csv.dir, task="regression"))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (rows("x,y", [(1, "a"), (2, "a"), (3, "a")]), r"one distinct value \('a'\) in 3 row"),
+        (rows("x,y", [(1, ""), (2, "NA")]), r"label column 'y' \(--label\) has no values"),
+        ("x,y\n", r"has a header row but no data rows"),
+        (rows("y", [("a",), ("b",)]), r"no feature columns to predict 'y' from"),
+    ],
+)
+def test_label_and_shape_checks_name_the_file_and_what_to_do(write_csv, text, message):
+    path = write_csv("a.csv", text)
+    with pytest.raises(preflight.InputError, match=message) as error:
+        preflight.check_dataset(csv_dataset(write_csv.dir))
+    assert path in str(error.value) and "\n" not in str(error.value)
+
+
+def test_constant_regression_target_is_refused(write_csv):
+    write_csv("a.csv", rows("x,y", [(1, 2.5), (2, 2.5)]))
+    with pytest.raises(preflight.InputError, match="nothing to regress"):
+        preflight.check_dataset(csv_dataset(write_csv.dir, task="regression"))
+
+
+def test_rows_without_label_are_counted(write_csv):
+    write_csv("a.csv", rows("x,y", [(1, "a"), (2, ""), (3, "b")]))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir))
+    assert (facts["rows"], facts["rows_without_label"]) == (3, 1)
+
+
+def test_data_flag_given_a_file_says_to_pass_the_directory(write_csv):
+    path = write_csv("a.csv", rows("x,y", [(1, "a")]))
+    with pytest.raises(preflight.InputError) as error:
+        preflight.check_dataset(csv_dataset(path))
+    message = str(error.value)
+    assert message.startswith("--data takes the directory") and f"--data {write_csv.dir}" in message
+
+
+@pytest.mark.parametrize("sep", [",", ";", "\t", "|"])
+def test_delimiter_is_sniffed(write_csv, sep):
+    write_csv("a.csv", rows(sep.join(["x", "note", "y"]), [(1, "p q", "a"), (2, "r", "b")], sep))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir))
+    assert facts["delimiter"] == sep and facts["columns"] == ["x", "note", "y"]
+
+
+def test_forced_delimiter_that_leaves_one_column_gets_a_hint(write_csv):
+    write_csv("a.csv", rows("x;y", [(1, "a"), (2, "b")], ";"))
+    with pytest.raises(preflight.InputError, match=r"containing semicolons: pass --delimiter ';'"):
+        preflight.check_dataset(csv_dataset(write_csv.dir), delimiter=",")
+
+
+def test_near_unique_strings_are_left_out_unless_kept(write_csv):
+    values = [(f"2024-01-{i:02d}", f"p{i}", i % 3, "ab"[i % 2]) for i in range(1, 31)]
+    write_csv("a.csv", rows("date,name,x,y", values))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir))
+    assert facts["excluded_columns"] == ("date", "name")
+    assert [name for name, _, _ in facts["identifiers"]] == ["date", "name"]
+    kept = preflight.check_dataset(csv_dataset(write_csv.dir), keep_columns=("date",))
+    assert kept["excluded_columns"] == ("name",)
+    excluded = preflight.check_dataset(
+        csv_dataset(write_csv.dir, excluded_columns=("x",)), keep_columns=("date",)
+    )
+    assert excluded["excluded_columns"] == ("x", "name")
+
+
+def test_excluded_column_must_exist(write_csv):
+    write_csv("a.csv", rows("x,y", [(1, "a"), (2, "b")]))
+    with pytest.raises(preflight.InputError, match=r"--exclude_columns names column\(s\) \['z'\]"):
+        preflight.check_dataset(csv_dataset(write_csv.dir, excluded_columns=("z",)))
+
+
+def test_curated_schema_marks_a_column_excluded(tmp_path, penguins_csv, penguins_schema_path):
+    import shutil
+
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(penguins_csv, data / "penguins.csv")
+    schema = preflight.load_schema(penguins_schema_path)
+    [year] = [f for f in schema.feature if f.name == "year"]
+    year.lifecycle_stage = schema_pb2.DISABLED
+    path = tmp_path / "schema.pbtxt"
+    path.write_text(text_format.MessageToString(schema))
+    facts = preflight.check_dataset(csv_dataset(str(data), "species", schema_path=str(path)))
+    assert facts["excluded_columns"] == ("year",) and "year" not in facts["column_types"]
+    # Deleting the column from the schema instead is refused, naming the flag that allows it.
+    schema.feature.remove(year)
+    path.write_text(text_format.MessageToString(schema))
+    with pytest.raises(preflight.InputError, match=r"\['year'\] not in the schema .*--exclude"):
+        preflight.check_dataset(csv_dataset(str(data), "species", schema_path=str(path)))
+    facts = preflight.check_dataset(
+        csv_dataset(str(data), "species", schema_path=str(path), excluded_columns=("year",))
+    )
+    assert facts["excluded_columns"] == ("year",)
+
+
+def test_cluster_settings_come_from_the_flags_and_the_schema(tmp_path, penguins_schema_path):
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = preflight.load_schema(penguins_schema_path)
+    [year] = [f for f in schema.feature if f.name == "year"]
+    year.lifecycle_stage = schema_pb2.DISABLED
+    path = tmp_path / "schema.pbtxt"
+    path.write_text(text_format.MessageToString(schema))
+    settings = preflight.cluster_csv_settings("species", str(path), "auto", None, ("notes",))
+    assert (settings["task"], settings["delimiter"]) == ("classification", ",")
+    assert settings["excluded_columns"] == ("notes", "year")
+    assert "year" not in dict(settings["column_types"])
+    with pytest.raises(preflight.InputError, match="pass --task classification or --task"):
+        preflight.cluster_csv_settings("body_mass_g", str(path), "auto", None)
+    assert (
+        preflight.cluster_csv_settings("body_mass_g", str(path), "regression", ";")["task"]
+        == "regression"
+    )
+    with pytest.raises(preflight.InputError, match="cannot be regressed"):
+        preflight.cluster_csv_settings("species", str(path), "regression", None)

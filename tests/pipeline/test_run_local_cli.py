@@ -68,8 +68,8 @@ def test_beam_mode_auto_choice():
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--strategy", "mirrored", "--ps", "1"], "training.ps is only valid with strategy"),
-        (["--strategy", "parameter_server", "--workers", "2"], "training.ps must be >= 1"),
+        (["--strategy", "mirrored", "--ps", "1"], "training.ps (--ps) is only valid with strategy"),
+        (["--strategy", "parameter_server", "--workers", "2"], "training.ps (--ps) must be >= 1"),
         (
             ["--strategy", "multi_worker_mirrored", "--workers", "9", "--shard_policy", "file"],
             "'file' needs at least as many Transform shards as workers",
@@ -81,3 +81,102 @@ def test_bad_cluster_flags_fail_before_any_component(capsys, tmp_path, flags, me
     assert code == run_local.EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# --- issue 19: messages and exit codes --------------------------------------------------------
+
+
+def test_misspelled_flag_is_one_line_with_the_closest_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(["--learnig_rate", "0.1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage:" not in err
+    assert "--learnig_rate: did you mean --learning_rate?" in err
+
+
+def test_data_given_a_file_says_to_pass_its_directory(capsys, tmp_path, write_csv):
+    path = write_csv("rows.csv", "a,b\n1,x\n2,y\n")
+    code = run_local.main(["--data", path, "--label", "b", "--output_root", str(tmp_path / "o")])
+    assert code == run_local.EXIT_BAD_INPUT
+    assert f"pass --data {write_csv.dir}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--images", "x", "--task", "regression"], "--task: for CSV data"),
+        (["--delimiter", ";;"], "--delimiter must be one character"),
+        (["--exclude_columns", "a", "--keep_columns", "a"], "in both --exclude_columns and"),
+        (["--data", "d", "--label", "y", "--exclude_columns", "y"], "names the label column"),
+    ],
+)
+def test_column_and_task_flag_rules(capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        run_local.main(flags)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_one_class_label_stops_before_any_component(capsys, tmp_path, write_csv):
+    write_csv("rows.csv", "a,b\n1,x\n2,x\n3,x\n")
+    out = tmp_path / "out"
+    code = run_local.main(["--data", write_csv.dir, "--label", "b", "--output_root", str(out)])
+    assert code == run_local.EXIT_BAD_INPUT
+    assert "one distinct value ('x')" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def _summary(blessed, failures=()):
+    from pipeline import run_summary
+
+    return run_summary.RunSummary(
+        components=[],
+        metrics={},
+        blessed=blessed,
+        pushed_model=None,
+        example_counts={},
+        rows_rejected=0,
+        inferred_schema_uri=None,
+        metadata_path="m",
+        blessing_failures=list(failures),
+    )
+
+
+def test_not_blessed_names_the_failed_condition_and_its_flag(tmp_path):
+    from pipeline import config as config_lib
+    from pipeline import datasets
+
+    dataset = datasets.user_csv(str(tmp_path), "y", task="regression")
+    config = config_lib.local_config(dataset=dataset, output_root=str(tmp_path))
+    below = {"metric": "mean_squared_error_skill", "value": 0.05, "is_diff": False, "message": ""}
+    text = run_local.describe_blessing(_summary(False, [below]), config)
+    assert text.startswith("NO: ") and "0.0500 is below 0.1 (--min_regression_skill" in text
+    regressed = {**below, "value": -0.02, "is_diff": True}
+    text = run_local.describe_blessing(_summary(False, [regressed]), config)
+    assert "changed by -0.0200 against the previous blessed model" in text
+    penguins = config_lib.local_config(dataset=datasets.penguins(), output_root=str(tmp_path))
+    accuracy = {**below, "metric": "sparse_categorical_accuracy", "value": 0.5}
+    assert "(--accuracy_threshold sets it)" in run_local.describe_blessing(
+        _summary(False, [accuracy]), penguins
+    )
+    assert run_local.describe_blessing(_summary(True), penguins).startswith("yes (accuracy >= ")
+
+
+def test_exported_inferred_schema_lists_excluded_columns_as_disabled(tmp_path):
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from pipeline import preflight
+
+    source = tmp_path / "inferred.pbtxt"
+    source.write_text('feature { name: "x" type: INT }\nfeature { name: "y" type: BYTES }\n')
+    target = tmp_path / "schema.pbtxt"
+    run_local.write_schema_with_excluded(str(source), ("date", "name"), str(target))
+    schema = preflight.load_schema(str(target))
+    stages = {f.name: f.lifecycle_stage for f in schema.feature}
+    assert stages == {
+        "x": schema_pb2.UNKNOWN_STAGE,
+        "y": schema_pb2.UNKNOWN_STAGE,
+        "date": schema_pb2.DISABLED,
+        "name": schema_pb2.DISABLED,
+    }

@@ -68,12 +68,19 @@ def ingest(data_dir: str) -> dict:
     for path in facts["files"]:
         with open(path, "rb") as handle:
             parsed_files.append(
-                csv_reader.read_csv_as_strings(path, handle.read(), NULLS, facts["columns"])
+                csv_reader.read_csv_as_strings(
+                    path,
+                    handle.read(),
+                    NULLS,
+                    [c for c in facts["columns"] if c not in facts["excluded_columns"]],
+                    delimiter=facts["delimiter"],
+                    excluded_columns=facts["excluded_columns"],
+                )
             )
     types = csv_reader.unify_column_types(csv_reader.infer_column_types(p) for p in parsed_files)
     kept = rejected = 0
     for parsed in parsed_files:
-        batch, bad, keep = csv_reader.convert_table(parsed, types)
+        batch, bad, keep = csv_reader.convert_table(parsed, types, [LABEL])
         csv_reader.hash_buckets(parsed.table.filter(keep), 4)
         kept += batch.num_rows
         rejected += len(parsed.rejected) + len(bad)

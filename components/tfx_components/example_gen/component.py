@@ -27,6 +27,11 @@ class ShardedCsvExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec)
         # JSON object {column: "int"|"float"|"string"}; "{}" infers types over all files.
         executor.COLUMN_TYPES_KEY: ExecutionParameter(type=str),
         executor.MAX_REJECTED_FRACTION_KEY: ExecutionParameter(type=float),
+        executor.DELIMITER_KEY: ExecutionParameter(type=str, optional=True),
+        # JSON list of columns that are never written (excluded from the features).
+        executor.EXCLUDED_COLUMNS_KEY: ExecutionParameter(type=str, optional=True),
+        # Rows with no value in this column are rejected.
+        executor.LABEL_KEY: ExecutionParameter(type=str, optional=True),
     }
 
 
@@ -47,6 +52,9 @@ class ShardedCsvExampleGen(base_beam_component.BaseBeamComponent):
         column_types: dict[str, str] | None = None,
         max_rejected_fraction: float = 0.0,
         file_pattern: str = "*.csv",
+        delimiter: str = ",",
+        excluded_columns: tuple[str, ...] = (),
+        label_key: str = "",
     ):
         output_config = example_gen_pb2.Output(
             split_config=example_gen_pb2.SplitConfig(
@@ -68,6 +76,9 @@ class ShardedCsvExampleGen(base_beam_component.BaseBeamComponent):
             null_values=json.dumps(list(null_values)),
             column_types=json.dumps(dict(column_types or {})),
             max_rejected_fraction=float(max_rejected_fraction),
+            delimiter=delimiter,
+            excluded_columns=json.dumps(list(excluded_columns)),
+            label_key=label_key,
             examples=channel.Channel(type=standard_artifacts.Examples),
         )
         super().__init__(spec=spec)

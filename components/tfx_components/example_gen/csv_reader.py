@@ -25,6 +25,9 @@ INT, FLOAT, STRING = "int", "float", "string"
 _ARROW_VALUE_TYPES = {INT: pa.int64(), FLOAT: pa.float32(), STRING: pa.large_binary()}
 # Promotion order when files (or rows) disagree: int < float < string.
 _RANK = {INT: 0, FLOAT: 1, STRING: 2}
+# Field separators recognised in a header row, most usual first (sniff_delimiter).
+DELIMITERS = (",", ";", "\t", "|")
+DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 
 
 class CsvFormatError(ValueError):
@@ -56,10 +59,44 @@ class ParsedFile:
     rejected: list[RejectedRow]
 
 
+def sniff_delimiter(header_line: str) -> str:
+    """The separator of a header row: of comma, semicolon, tab and pipe, the one that splits it
+    into the most fields outside quotes (comma on a tie, and for a one-column header)."""
+    counts = {d: len(next(csv.reader([header_line], delimiter=d), [])) for d in DELIMITERS}
+    best = max(DELIMITERS, key=lambda d: (counts[d], -DELIMITERS.index(d)))
+    return best if counts[best] > 1 else ","
+
+
+def first_line(data: bytes) -> str:
+    """The header row as text (BOM removed; old Mac files end lines with a bare \\r)."""
+    return data.replace(b"\r", b"\n", 1).split(b"\n", 1)[0].decode("utf-8-sig")
+
+
+def one_column_hint(names: Sequence[str], delimiter: str) -> str:
+    """For a header read as one column that contains another separator: what to pass."""
+    if len(names) != 1:
+        return ""
+    found = [d for d in DELIMITERS if d != delimiter and d in names[0]]
+    if not found:
+        return ""
+    shown = "'\\t'" if found[0] == "\t" else repr(found[0])
+    return (
+        f"; the header reads as one column containing {DELIMITER_NAMES[found[0]]}s: "
+        f"pass --delimiter {shown}"
+    )
+
+
 def read_csv_as_strings(
-    path: str, data: bytes, null_values: Sequence[str], expected_columns: Sequence[str] | None
+    path: str,
+    data: bytes,
+    null_values: Sequence[str],
+    expected_columns: Sequence[str] | None,
+    *,
+    delimiter: str = ",",
+    excluded_columns: Sequence[str] = (),
 ) -> ParsedFile:
-    """Parses CSV bytes with every column as string; ragged rows are rejected, not fatal."""
+    """Parses CSV bytes with every column as string; ragged rows are rejected, not fatal.
+    excluded_columns are dropped after parsing (and are not part of expected_columns)."""
     if not data.strip():
         raise CsvFormatError(f"{path}: the file is empty (a header row is required)")
     if not data.endswith((b"\n", b"\r")):
@@ -79,14 +116,15 @@ def read_csv_as_strings(
         )
         return "skip"
 
-    columns = _header(path, data)
+    all_columns = _header(path, data, delimiter)
+    columns = [name for name in all_columns if name not in set(excluded_columns)]
     if expected_columns is not None and set(columns) != set(expected_columns):
         raise CsvFormatError(
             f"{path}: header does not match the schema: "
             + _describe_column_mismatch(columns, list(expected_columns))
         )
-    if len(set(columns)) != len(columns):
-        duplicates = sorted({c for c in columns if columns.count(c) > 1})
+    if len(set(all_columns)) != len(all_columns):
+        duplicates = sorted({c for c in all_columns if all_columns.count(c) > 1})
         raise CsvFormatError(f"{path}: duplicate column name(s) {duplicates}")
 
     def read(block_size: int | None) -> pa.Table:
@@ -95,11 +133,14 @@ def read_csv_as_strings(
             io.BytesIO(data),
             # Single-threaded so that rejected rows carry their physical line number.
             read_options=pacsv.ReadOptions(use_threads=False, block_size=block_size),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid_row),
+            parse_options=pacsv.ParseOptions(
+                delimiter=delimiter, invalid_row_handler=on_invalid_row
+            ),
             convert_options=pacsv.ConvertOptions(
                 null_values=list(null_values),
                 strings_can_be_null=True,
-                column_types={name: pa.string() for name in columns},
+                column_types={name: pa.string() for name in all_columns},
+                include_columns=columns,
             ),
         )
 
@@ -132,12 +173,10 @@ def _check_utf8(path: str, data: bytes, chunk_bytes: int = 16 << 20) -> None:
             ) from error
 
 
-def _header(path: str, data: bytes) -> list[str]:
-    # Old Mac files end lines with a bare \r.
-    first_line = data.replace(b"\r", b"\n", 1).split(b"\n", 1)[0]
+def _header(path: str, data: bytes, delimiter: str = ",") -> list[str]:
     try:
-        text = first_line.decode("utf-8-sig")
-        names = next(csv.reader([text]), [])
+        text = first_line(data)
+        names = next(csv.reader([text], delimiter=delimiter), [])
     except UnicodeDecodeError as error:
         raise CsvFormatError(f"{path}: header row is not UTF-8 text: {error}") from error
     except csv.Error as error:
@@ -226,9 +265,10 @@ def _convert_column(values: pa.ChunkedArray, column_type: str) -> tuple[pa.Array
 
 
 def convert_table(
-    parsed: ParsedFile, column_types: Mapping[str, str]
+    parsed: ParsedFile, column_types: Mapping[str, str], required_columns: Sequence[str] = ()
 ) -> tuple[pa.RecordBatch, list[RejectedRow], pa.Array]:
-    """Typed list columns ready for tf.Example encoding; rows with an unconvertible cell rejected.
+    """Typed list columns ready for tf.Example encoding; rows with an unconvertible cell, or
+    with no value in a required column (the label), rejected.
 
     Returns the record batch of kept rows, the rejected rows, and the keep mask over the parsed
     rows (to line kept rows up with their raw text).
@@ -249,6 +289,12 @@ def convert_table(
                 f"{column_type}"
             )
         typed[name] = array
+    for name in required_columns:
+        missing = (
+            parsed.table.column(name).is_null().combine_chunks().to_numpy(zero_copy_only=False)
+        )
+        for index in np.flatnonzero(missing):
+            row_errors.setdefault(int(index), []).append(f"column {name!r} (the label) is empty")
     keep = np.ones(parsed.table.num_rows, dtype=bool)
     rejected = []
     for index, reasons in sorted(row_errors.items()):

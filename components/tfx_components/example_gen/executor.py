@@ -8,11 +8,13 @@ row; this one takes `num_shards`, treats configured null tokens as missing, and 
 with file, line and reason, failing the run when they exceed `max_rejected_fraction`.
 
 Parameters (see component.ShardedCsvExampleGenSpec): num_shards, null_values (JSON list),
-column_types (JSON object; empty: inferred over all files), max_rejected_fraction.
+column_types (JSON object; empty: inferred over all files), max_rejected_fraction, delimiter,
+excluded_columns (JSON list: never written), label_key (rows without a label are rejected).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -39,6 +41,9 @@ NUM_SHARDS_KEY = "num_shards"
 NULL_VALUES_KEY = "null_values"
 COLUMN_TYPES_KEY = "column_types"
 MAX_REJECTED_FRACTION_KEY = "max_rejected_fraction"
+DELIMITER_KEY = "delimiter"
+EXCLUDED_COLUMNS_KEY = "excluded_columns"
+LABEL_KEY = "label_key"
 
 
 class TooManyRejectedRowsError(ValueError):
@@ -50,13 +55,32 @@ def _read_file(path: str) -> bytes:
         return handle.read()
 
 
+@dataclasses.dataclass(frozen=True)
+class CsvFormat:
+    """How every file is read: missing-value tokens, separator, columns left out, the label."""
+
+    null_values: tuple[str, ...] = DEFAULT_NULL_VALUES
+    delimiter: str = ","
+    excluded_columns: tuple[str, ...] = ()
+    label_key: str = ""
+
+    def read(self, path: str, expected_columns) -> csv_reader.ParsedFile:
+        return csv_reader.read_csv_as_strings(
+            path,
+            _read_file(path),
+            self.null_values,
+            expected_columns,
+            delimiter=self.delimiter,
+            excluded_columns=self.excluded_columns,
+        )
+
+
 class _InferFileTypes(beam.DoFn):
-    def __init__(self, null_values):
-        self._null_values = null_values
+    def __init__(self, csv_format: CsvFormat):
+        self._format = csv_format
 
     def process(self, path: str):
-        parsed = csv_reader.read_csv_as_strings(path, _read_file(path), self._null_values, None)
-        yield csv_reader.infer_column_types(parsed)
+        yield csv_reader.infer_column_types(self._format.read(path, None))
 
 
 class _UnifyTypes(beam.CombineFn):
@@ -79,8 +103,8 @@ class _CsvFileToExamples(beam.DoFn):
 
     REJECTED = "rejected"
 
-    def __init__(self, null_values, split_names: list[str], split_buckets: list[int]):
-        self._null_values = null_values
+    def __init__(self, csv_format: CsvFormat, split_names: list[str], split_buckets: list[int]):
+        self._format = csv_format
         self._split_names = split_names
         self._split_buckets = split_buckets
         self._rows_read = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_read")
@@ -97,10 +121,9 @@ class _CsvFileToExamples(beam.DoFn):
         self._encoder = example_coder.RecordBatchToExamplesEncoder()
 
     def process(self, path: str, column_types: dict[str, str]):
-        parsed = csv_reader.read_csv_as_strings(
-            path, _read_file(path), self._null_values, list(column_types)
-        )
-        record_batch, bad_cells, keep = csv_reader.convert_table(parsed, column_types)
+        parsed = self._format.read(path, list(column_types))
+        label = [self._format.label_key] if self._format.label_key in column_types else []
+        record_batch, bad_cells, keep = csv_reader.convert_table(parsed, column_types, label)
         rejected = parsed.rejected + bad_cells
         self._rows_read.inc(parsed.table.num_rows + len(parsed.rejected))
         self._rows_rejected.inc(len(rejected))
@@ -126,7 +149,7 @@ def ReadCsvFilesToSplits(
     pipeline: beam.Pipeline,
     csv_files: list[str],
     column_types: dict[str, str] | None,
-    null_values: tuple[str, ...],
+    csv_format: CsvFormat,
     split_names: list[str],
     buckets: list[int],
 ):
@@ -139,7 +162,7 @@ def ReadCsvFilesToSplits(
     else:
         types_view = beam.pvalue.AsSingleton(
             files
-            | "InferFileTypes" >> beam.ParDo(_InferFileTypes(null_values))
+            | "InferFileTypes" >> beam.ParDo(_InferFileTypes(csv_format))
             | "UnifyTypes" >> beam.CombineGlobally(_UnifyTypes())
         )
     results = (
@@ -148,7 +171,7 @@ def ReadCsvFilesToSplits(
         | "SpreadFiles" >> beam.Reshuffle()
         | "CsvToExamples"
         >> beam.ParDo(
-            _CsvFileToExamples(null_values, split_names, buckets), types_view
+            _CsvFileToExamples(csv_format, split_names, buckets), types_view
         ).with_outputs(_CsvFileToExamples.REJECTED, *split_names)
     )
     return {name: results[name] for name in split_names}, results[_CsvFileToExamples.REJECTED]
@@ -179,12 +202,21 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         null_values = tuple(
             json.loads(exec_properties.get(NULL_VALUES_KEY) or "null") or DEFAULT_NULL_VALUES
         )
+        csv_format = CsvFormat(
+            null_values=null_values,
+            delimiter=exec_properties.get(DELIMITER_KEY) or ",",
+            excluded_columns=tuple(json.loads(exec_properties.get(EXCLUDED_COLUMNS_KEY) or "[]")),
+            label_key=exec_properties.get(LABEL_KEY) or "",
+        )
         column_types = json.loads(exec_properties.get(COLUMN_TYPES_KEY) or "{}") or None
         max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY, 0.0))
         input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
         csv_files = list_csv_files(input_base, split.pattern)
 
-        rejected_prefix = os.path.join(examples_artifact.uri, REJECTED_DIR, "rejected")
+        # Beside the Examples folder, not inside it: the listing survives a failed run.
+        rejected_prefix = ingestion.listing_file(examples_artifact.uri, REJECTED_DIR, "rejected")[
+            : -len(".jsonl")
+        ]
         logging.info(
             "ShardedCsvExampleGen: %d file(s) under %s -> splits %s (buckets %s), %d shard(s) each",
             len(csv_files),
@@ -196,7 +228,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
         pipeline = self._make_beam_pipeline()
         splits, rejected = pipeline | "ReadCsvFilesToSplits" >> ReadCsvFilesToSplits(
-            csv_files, column_types, null_values, split_names, buckets
+            csv_files, column_types, csv_format, split_names, buckets
         )
         for name, examples in splits.items():
             split_uri = artifact_utils.get_split_uri([examples_artifact], name)
@@ -251,7 +283,8 @@ def read_rejected_rows(uri: str) -> list[csv_reader.RejectedRow]:
 
 def _rejection_message(uri: str, read: int, rejected: int, max_fraction: float) -> str:
     return ingestion.rejection_listing(
-        f"{rejected} of {read} CSV row(s) rejected (allowed fraction {max_fraction})",
+        f"{rejected} of {read} CSV row(s) rejected (allowed fraction {max_fraction}: fix the "
+        "rows, or allow more with --max_rejected_fraction)",
         uri,
         sorted(read_rejected_rows(uri), key=lambda r: (r.file, r.line)),
     )

@@ -1,21 +1,23 @@
 """ImageExampleGen: a TFX ExampleGen component for folders of images, one sub-folder per class.
 
 Spec = TFX's FileBasedExampleGenSpec plus typed parameters for sharding and file accounting;
-driver = TFX's FileBasedDriver (its input fingerprint covers every file matched by the pattern
-'*/*', so an unchanged image folder is a cache hit); executor = image_example_gen.executor.
+driver = image_example_gen.driver (TFX's FileBasedDriver, its input fingerprint covering every
+file in the folder tree, so an unchanged image folder is a cache hit and a changed nested image
+is not); executor = image_example_gen.executor.
 """
 
 from __future__ import annotations
 
-from tfx.components.example_gen import driver
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.proto import example_gen_pb2
 from tfx.types import channel, standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ExecutionParameter
 
 from components.tfx_components.image_example_gen import executor
+from components.tfx_components.image_example_gen.driver import ImageFolderDriver
 
-# Files in the class folders (what the driver fingerprints).
+# The split's input pattern TFX's config requires (the executor walks the class folders
+# recursively, and the driver fingerprints the whole tree).
 CLASS_FOLDER_PATTERN = "*/*"
 
 
@@ -28,10 +30,10 @@ class ImageExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec):
 
 
 class ImageExampleGen(base_beam_component.BaseBeamComponent):
-    """<input_base>/<class>/*.{jpg,jpeg,png} -> hash-split, N-shard gzip TFRecords."""
+    """<input_base>/<class>/**/<JPEG or PNG file> -> hash-split, N-shard gzip TFRecords."""
 
     SPEC_CLASS = ImageExampleGenSpec
-    DRIVER_CLASS = driver.FileBasedDriver
+    DRIVER_CLASS = ImageFolderDriver
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(

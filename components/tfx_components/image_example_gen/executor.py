@@ -2,15 +2,18 @@
 of tf.Examples (encoded image bytes, class name, label id, source path, height, width).
 
 Listing, reading, validation and writing run in Beam, not in a loop in the driver: one element
-per class folder is listed, each file is assigned its split (hash of its path) and output shard,
-the paths are grouped per shard, and each shard's files are read, validated and written by one
-task, streaming: memory does not grow with the number or size of the images.
+per class folder is listed (recursively), each file is assigned its split (hash of its path) and
+output shard, the paths are grouped per shard, and each shard's files are read, validated (one
+decode per image) and written by one task, streaming: memory does not grow with the number or
+size of the images.
 
-Every file is accounted for: files found = examples written + files rejected. The rejected
-are written with their reasons to rejected_files/rejected.jsonl; the counts, the label
+Every file is accounted for: files found = examples written + files rejected + files ignored
+(hidden files, files directly under the root). The listings (rejected with their reasons,
+ignored, extension differs, folders not entered) are written beside the Examples artifact, not
+inside it, so that they survive a failed run (ingestion.listings_uri); the counts, the label
 vocabulary and the per-class counts are custom properties of the Examples artifact (visible in
 MLMD). The run fails when more than max_rejected_fraction of the files are rejected (default 0:
-any reject fails, listing them).
+any reject fails, listing them), and when a class folder has no valid image (naming it).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from components.tfx_components.image_example_gen import reader
 
 METRICS_NAMESPACE = "ImageExampleGen"
 DEFAULT_NUM_SHARDS = 4
+# Listings folder: <examples uri>-rejected_files/{rejected,ignored,extension_differs,skipped}.jsonl
 REJECTED_DIR = "rejected_files"
 OUTPUT_FILE_PREFIX = "data_tfrecord"
 READ_THREADS = 4
@@ -46,54 +50,80 @@ WRITE_BATCH = 32
 NUM_SHARDS_KEY = "num_shards"
 MAX_REJECTED_FRACTION_KEY = "max_rejected_fraction"
 REJECTED = "rejected"
+IGNORED = "ignored"
+SKIPPED = "skipped"
+EXTENSION_DIFFERS = "extension_differs"
+LISTINGS = (REJECTED, IGNORED, EXTENSION_DIFFERS, SKIPPED)
 
 
 class TooManyRejectedFilesError(ValueError):
     pass
 
 
+class ClassWithoutImagesError(ValueError):
+    """A class folder yielded no valid image: the model could never predict that class."""
+
+
 class _ListClassFolder(beam.DoFn):
-    """(class name, label id) -> (path, class name, label id) per file in its folder."""
+    """(class name, label id) -> a reader.ClassFile per file under its folder (recursively);
+    hidden files (tag 'ignored'), folders not entered ('skipped') and folders that cannot be
+    listed ('rejected') go out as JSON lines."""
 
     def __init__(self, input_base: str):
         self._input_base = input_base
+        self._found = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "files_found")
         self._hidden = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "hidden_files_ignored")
+        self._skipped = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "folders_skipped")
+        self._rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "files_rejected")
 
     def process(self, class_and_label: tuple[str, int]):
         class_name, label = class_and_label
-        files, hidden = reader.list_class_files(self._input_base, class_name)
-        self._hidden.inc(len(hidden))
-        for path in files:
-            yield path, class_name, label
+        listing = reader.list_class_files(self._input_base, class_name, label)
+        # An unreadable folder counts as one input found and rejected.
+        self._found.inc(len(listing.files) + len(listing.ignored) + len(listing.rejected))
+        self._hidden.inc(len(listing.ignored))
+        self._skipped.inc(len(listing.skipped))
+        self._rejected.inc(len(listing.rejected))
+        for tag, listed in (
+            (IGNORED, listing.ignored),
+            (SKIPPED, listing.skipped),
+            (REJECTED, listing.rejected),
+        ):
+            for item in listed:
+                yield beam.pvalue.TaggedOutput(tag, item.to_json())
+        if listing.rejected:
+            beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"rejected_{class_name}").inc(
+                len(listing.rejected)
+            )
+        yield from listing.files
 
 
 class _AssignShard(beam.DoFn):
-    """(path, class, label) -> ((split, shard), (path, class, label)). Both come from the path
-    alone, so files (not their bytes) are what Beam groups: memory stays flat with the count."""
+    """ClassFile -> ((split, shard), ClassFile). Both come from the relative path alone, so
+    files (not their bytes) are what Beam groups: memory stays flat with the count."""
 
     def __init__(self, split_names: list[str], buckets: list[int], shards: int):
         self._split_names = split_names
         self._buckets = buckets
         self._shards = shards
-        self._found = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "files_found")
 
-    def process(self, element: tuple[str, str, int]):
-        self._found.inc()
-        relative = reader.relative_path(element[1], element[0])
-        split = self._split_names[reader.split_index(relative, self._buckets)]
-        yield (split, reader.shard_index(relative, self._shards)), element
+    def process(self, element: reader.ClassFile):
+        split = self._split_names[reader.split_index(element.relative, self._buckets)]
+        yield (split, reader.shard_index(element.relative, self._shards)), element
 
 
 class _WriteShard(beam.DoFn):
     """One output shard: reads and validates its files in path order and writes the valid ones
     as tf.Examples to <split dir>/data_tfrecord-<shard>-of-<N>.gz (a temporary name, renamed
     when complete, so a retried or killed worker never leaves a half-written shard). Rejected
-    files go out as JSON lines (tag 'rejected')."""
+    files (tag 'rejected') and kept files whose extension differs from their format (tag
+    'extension_differs') go out as JSON lines."""
 
     def __init__(self, split_uris: dict[str, str], shards: int):
         self._split_uris = split_uris
         self._shards = shards
         self._rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "files_rejected")
+        self._differs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "extension_differs")
         self._written = {
             name: beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"examples_{name}")
             for name in split_uris
@@ -104,6 +134,7 @@ class _WriteShard(beam.DoFn):
         path = shard_path(self._split_uris[split], shard, self._shards)
         temporary = f"{path}.tmp-{uuid.uuid4().hex}"
         per_class: dict[str, int] = {}
+        rejected_per_class: dict[str, int] = {}
         # Reading, validating (Pillow releases the GIL while decoding), encoding and framing
         # each file run on a few threads, in order; this task only appends the framed records
         # to the shard, in batches: one task keeps both cores busy even when Beam runs
@@ -114,14 +145,20 @@ class _WriteShard(beam.DoFn):
             futures.ThreadPoolExecutor(READ_THREADS) as pool,
         ):
             ordered = sorted(files)
-            for (source, class_name, _), (framed, outcome) in zip(
+            for listed, (framed, outcome) in zip(
                 ordered, _ordered_prefetch(pool, _read_validate_frame, ordered), strict=True
             ):
+                class_name = listed.class_name
                 if isinstance(outcome, Exception):
                     self._rejected.inc()
-                    rejected = reader.RejectedFile(source, str(outcome))
+                    rejected_per_class[class_name] = rejected_per_class.get(class_name, 0) + 1
+                    rejected = reader.ListedPath(listed.path, str(outcome))
                     yield beam.pvalue.TaggedOutput(REJECTED, rejected.to_json())
                     continue
+                if outcome.extension_differs:
+                    self._differs.inc()
+                    note = reader.extension_note(listed.path, outcome)
+                    yield beam.pvalue.TaggedOutput(EXTENSION_DIFFERS, note.to_json())
                 pending.append(framed)
                 if len(pending) == WRITE_BATCH:
                     out.write(b"".join(pending))
@@ -132,6 +169,8 @@ class _WriteShard(beam.DoFn):
         self._written[split].inc(sum(per_class.values()))
         for class_name, count in per_class.items():
             beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"class_{class_name}").inc(count)
+        for class_name, count in rejected_per_class.items():
+            beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"rejected_{class_name}").inc(count)
 
 
 def _ordered_prefetch(pool: futures.Executor, fn, items: list, window: int = 4 * READ_THREADS):
@@ -173,17 +212,18 @@ def _open_gzip(path: str):
         yield out
 
 
-def _read_validate_frame(item: tuple[str, str, int]):
+def _read_validate_frame(item: reader.ClassFile):
     """(the framed TFRecord of the file's tf.Example, ImageFacts) of a valid image file, or
     (None, the error) naming the problem."""
-    source, class_name, label = item
     try:
-        data = _read_bytes(source)
-        facts = reader.validate_image(source, data)
-    except (ValueError, OSError) as error:
+        data = _read_bytes(item.path)
+    except OSError as error:
+        return None, ValueError(f"unreadable: {error.strerror or error}")
+    try:
+        facts = reader.validate_image(item.path, data)
+    except ValueError as error:
         return None, error
-    relative = reader.relative_path(class_name, source)
-    example = reader.to_example(data, relative, class_name, label, facts)
+    example = reader.to_example(data, item.relative, item.class_name, item.label, facts)
     return bulk_tfrecord.frame_record(example), facts
 
 
@@ -200,16 +240,30 @@ def ReadImageFoldersToShards(
     buckets: list[int],
     shards: int,
 ):
-    """Pipeline root -> rejected files as JSON lines; writes every (split, shard) file."""
-    return (
+    """Pipeline root -> {listing name: JSON lines} (rejected, ignored, skipped, extension
+    differs); writes every (split, shard) file."""
+    listed = (
         pipeline
         | "ClassFolders" >> beam.Create([(name, index) for index, name in enumerate(class_names)])
-        | "ListFiles" >> beam.ParDo(_ListClassFolder(input_base))
+        | "ListFiles"
+        >> beam.ParDo(_ListClassFolder(input_base)).with_outputs(
+            IGNORED, SKIPPED, REJECTED, main="files"
+        )
+    )
+    written = (
+        listed.files
         | "AssignShards" >> beam.ParDo(_AssignShard(list(split_uris), buckets, shards))
         # Groups paths (not image bytes) per output shard; shards spread over the workers.
         | "GroupByShard" >> beam.GroupByKey()
-        | "ReadValidateWrite" >> beam.ParDo(_WriteShard(split_uris, shards)).with_outputs(REJECTED)
-    )[REJECTED]
+        | "ReadValidateWrite"
+        >> beam.ParDo(_WriteShard(split_uris, shards)).with_outputs(REJECTED, EXTENSION_DIFFERS)
+    )
+    return {
+        REJECTED: (listed[REJECTED], written[REJECTED]) | "AllRejected" >> beam.Flatten(),
+        IGNORED: listed[IGNORED],
+        SKIPPED: listed[SKIPPED],
+        EXTENSION_DIFFERS: written[EXTENSION_DIFFERS],
+    }
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -228,16 +282,21 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY) or 0.0)
         input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
         class_names = reader.list_class_names(input_base)
+        root_files = reader.list_root_files(input_base)
 
-        rejected_uri = os.path.join(examples_artifact.uri, REJECTED_DIR, "rejected.jsonl")
+        listings = {
+            name: ingestion.listing_file(examples_artifact.uri, REJECTED_DIR, name)
+            for name in LISTINGS
+        }
         logging.info(
             "ImageExampleGen: %d class folder(s) under %s -> splits %s (buckets %s), "
-            "%d shard(s) each",
+            "%d shard(s) each; listings in %s",
             len(class_names),
             input_base,
             split_names,
             buckets,
             num_shards,
+            ingestion.listings_uri(examples_artifact.uri, REJECTED_DIR),
         )
 
         split_uris = {
@@ -246,15 +305,18 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for uri in split_uris.values():
             fileio.makedirs(uri)
         pipeline = self._make_beam_pipeline()
-        rejected = pipeline | "ReadImageFoldersToShards" >> ReadImageFoldersToShards(
+        outputs = pipeline | "ReadImageFoldersToShards" >> ReadImageFoldersToShards(
             input_base, class_names, split_uris, buckets, num_shards
         )
-        _ = rejected | "WriteRejected" >> beam.io.WriteToText(
-            rejected_uri[: -len(".jsonl")],
-            file_name_suffix=".jsonl",
-            num_shards=1,
-            shard_name_template="",
-        )
+        root_lines = pipeline | "RootFiles" >> beam.Create([f.to_json() for f in root_files])
+        outputs[IGNORED] = (outputs[IGNORED], root_lines) | "AllIgnored" >> beam.Flatten()
+        for name, lines in outputs.items():
+            _ = lines | f"Write[{name}]" >> beam.io.WriteToText(
+                listings[name][: -len(".jsonl")],
+                file_name_suffix=".jsonl",
+                num_shards=1,
+                shard_name_template="",
+            )
         result = pipeline.run()
         result.wait_until_finish()
         # A (split, shard) that received no file still gets its (empty) shard file.
@@ -266,52 +328,111 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                         pass
 
         counts = ingestion.committed_counters(result, METRICS_NAMESPACE)
-        found = counts.get("files_found", 0)
+        found = counts.get("files_found", 0) + len(root_files)
         rejected_count = counts.get("files_rejected", 0)
         hidden = counts.get("hidden_files_ignored", 0)
+        ignored = hidden + len(root_files)
         written = {name: counts.get(f"examples_{name}", 0) for name in split_names}
         per_class = {name: counts.get(f"class_{name}", 0) for name in class_names}
+        rejected_per_class = {name: counts.get(f"rejected_{name}", 0) for name in class_names}
         examples_artifact.set_int_custom_property("num_files_found", found)
         examples_artifact.set_int_custom_property("num_files_rejected", rejected_count)
+        examples_artifact.set_int_custom_property("num_files_ignored", ignored)
         examples_artifact.set_int_custom_property("num_hidden_files_ignored", hidden)
+        examples_artifact.set_int_custom_property("num_root_files_ignored", len(root_files))
+        examples_artifact.set_int_custom_property(
+            "num_extension_differs", counts.get("extension_differs", 0)
+        )
+        examples_artifact.set_int_custom_property(
+            "num_folders_skipped", counts.get("folders_skipped", 0)
+        )
         examples_artifact.set_int_custom_property("num_shards_per_split", num_shards)
-        examples_artifact.set_string_custom_property("rejected_files_uri", rejected_uri)
+        examples_artifact.set_string_custom_property("rejected_files_uri", listings[REJECTED])
+        examples_artifact.set_string_custom_property("ignored_files_uri", listings[IGNORED])
+        examples_artifact.set_string_custom_property(
+            "extension_differs_uri", listings[EXTENSION_DIFFERS]
+        )
+        examples_artifact.set_string_custom_property("skipped_folders_uri", listings[SKIPPED])
         examples_artifact.set_string_custom_property("split_example_counts", json.dumps(written))
         examples_artifact.set_string_custom_property("label_vocabulary", json.dumps(class_names))
         examples_artifact.set_string_custom_property("class_example_counts", json.dumps(per_class))
         examples_artifact.set_string_custom_property("payload_format", "FORMAT_TF_EXAMPLE")
         examples_artifact.set_string_custom_property("file_format", "tfrecords_gzip")
         logging.info(
-            "ImageExampleGen: %d file(s) found = %s written + %d rejected (%d hidden file(s) "
-            "ignored)",
+            "ImageExampleGen: %d file(s) found = %s written + %d rejected + %d ignored "
+            "(%d hidden, %d directly under the root); %d with an extension that differs from "
+            "the content (kept); %d folder(s) not entered",
             found,
             " + ".join(f"{n} {name}" for name, n in written.items()),
             rejected_count,
+            ignored,
             hidden,
+            len(root_files),
+            counts.get("extension_differs", 0),
+            counts.get("folders_skipped", 0),
         )
-        if sum(written.values()) + rejected_count != found:
+        if sum(written.values()) + rejected_count + ignored != found:
             raise AssertionError(
                 f"file accounting failed: found {found}, written {written}, "
-                f"rejected {rejected_count}"
+                f"rejected {rejected_count}, ignored {ignored}"
             )
-        if found == 0:
-            raise ValueError(f"no files in the class folders under {input_base!r}")
-        if rejected_count and rejected_count > max_rejected_fraction * found:
+        if found == ignored:
+            raise ValueError(
+                f"no files in the class folders under {input_base!r}"
+                + (f" ({ignored} ignored, listed in {listings[IGNORED]})" if ignored else "")
+            )
+        empty = [name for name in class_names if per_class[name] == 0]
+        if empty:
+            raise ClassWithoutImagesError(
+                _empty_class_message(listings[REJECTED], input_base, empty, rejected_per_class)
+            )
+        # The fraction is of the files read as images (ignored files are not candidates).
+        candidates = found - ignored
+        if rejected_count and rejected_count > max_rejected_fraction * candidates:
             raise TooManyRejectedFilesError(
-                _rejection_message(rejected_uri, found, rejected_count, max_rejected_fraction)
+                _rejection_message(
+                    listings[REJECTED], candidates, rejected_count, max_rejected_fraction
+                )
             )
 
 
-def read_rejected_files(uri: str) -> list[reader.RejectedFile]:
+def read_listing(uri: str) -> list[reader.ListedPath]:
     if not fileio.exists(uri):
         return []
     with fileio.open(uri, "r") as handle:
-        return [reader.RejectedFile(**json.loads(line)) for line in handle if line.strip()]
+        return [reader.ListedPath(**json.loads(line)) for line in handle if line.strip()]
+
+
+# The rejected-files listing (any listing reads the same way).
+read_rejected_files = read_listing
 
 
 def _rejection_message(uri: str, found: int, rejected: int, max_fraction: float) -> str:
     return ingestion.rejection_listing(
-        f"{rejected} of {found} image file(s) rejected (allowed fraction {max_fraction})",
+        f"{rejected} of {found} image file(s) rejected (allowed fraction {max_fraction}: fix "
+        "the files, or allow more with --max_rejected_fraction)",
         uri,
-        sorted(read_rejected_files(uri), key=lambda f: f.path),
+        sorted(read_listing(uri), key=lambda f: f.path),
+    )
+
+
+def _empty_class_message(
+    uri: str, input_base: str, empty: list[str], rejected_per_class: dict[str, int]
+) -> str:
+    described = ", ".join(
+        f"{name!r} ({rejected_per_class[name]} file(s), all rejected)"
+        if rejected_per_class[name]
+        else f"{name!r} (no files)"
+        for name in empty
+    )
+    in_empty = [
+        item
+        for item in read_listing(uri)
+        if reader.relative_path(input_base, item.path).split("/")[0] in empty
+    ]
+    return ingestion.rejection_listing(
+        f"class folder(s) without a valid image: {described}; every class needs at least one "
+        "(fix or add images, or remove the folder; --max_rejected_fraction cannot help here)",
+        uri,
+        sorted(in_empty, key=lambda f: f.path),
     )

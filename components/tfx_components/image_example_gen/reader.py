@@ -2,9 +2,13 @@
 encode it as a tf.Example and pick its split. The Beam executor wires them together; tests call
 them directly.
 
-Layout read: <input_base>/<class name>/<file>.{jpg,jpeg,png} (extensions case-insensitive).
-Every regular file in a class folder is either written as an example or rejected with a reason;
-hidden files (names starting with '.', e.g. .DS_Store) are counted and reported as ignored.
+Layout read: <input_base>/<class name>/... (class folders walked recursively; a file in a nested
+folder belongs to its top-level class). A file is accepted by its content, not its name: bytes
+that decode as JPEG or PNG are an image whatever the extension (a PNG named .jpg is kept and
+listed as "extension differs"). Every file found is exactly one of: written, rejected (with a
+reason) or ignored (hidden files such as .DS_Store, and files directly under the root, which
+belong to no class). Folders a walk must not enter (symlink loops, links to a folder already
+walked) are listed as skipped; folders that cannot be listed are rejected.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import hashlib
 import io
 import json
 import os
+import posixpath
+from typing import NamedTuple
 
 import tensorflow as tf
 from PIL import Image
@@ -21,12 +27,15 @@ from PIL import Image
 from components.ml import features
 from components.records import example_wire
 
-# Extension (lower case) -> the format PIL must find in the bytes.
+# Formats accepted (PIL's names), and the extensions (lower case) that name each.
+ACCEPTED_FORMATS = ("JPEG", "PNG")
 EXTENSION_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}
 
 
 @dataclasses.dataclass(frozen=True)
-class RejectedFile:
+class ListedPath:
+    """A path with the reason it is listed (rejected, ignored, skipped, extension differs)."""
+
     path: str
     reason: str
 
@@ -37,12 +46,38 @@ class RejectedFile:
         return f"{self.path}: {self.reason}"
 
 
+# The rejected-files listing's rows (kept under its historical name).
+RejectedFile = ListedPath
+
+
+class ClassFile(NamedTuple):
+    """One file found in a class folder: its path, its path relative to the input base
+    ('class/sub/file.jpg', what the split hashes and the example records), class and label."""
+
+    path: str
+    relative: str
+    class_name: str
+    label: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassListing:
+    """What a recursive walk of one class folder found."""
+
+    files: list[ClassFile]
+    ignored: list[ListedPath]  # hidden files: counted with the files found
+    skipped: list[ListedPath]  # folders not entered (symlink loops, duplicates): not files
+    rejected: list[ListedPath]  # folders that could not be listed: counted with the found
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageFacts:
     width: int
     height: int
     format: str
     mode: str
+    # The extension does not name the format found in the bytes (kept, listed).
+    extension_differs: bool = False
 
 
 def list_class_names(input_base: str) -> list[str]:
@@ -63,47 +98,106 @@ def list_class_names(input_base: str) -> list[str]:
     return names
 
 
-def relative_path(class_name: str, path: str) -> str:
-    """'class/file.jpg', the path of a listed file relative to the input base (list_class_files
-    lists the files directly inside each class folder)."""
-    return f"{class_name}/{os.path.basename(path)}"
+def list_root_files(input_base: str) -> list[ListedPath]:
+    """Files directly under the input base: they belong to no class and are ignored (listed)."""
+    ignored = []
+    for name in sorted(tf.io.gfile.listdir(input_base)):
+        path = os.path.join(input_base, name.rstrip("/"))
+        if not tf.io.gfile.isdir(path):
+            ignored.append(ListedPath(path, "directly under the image root: in no class folder"))
+    return ignored
 
 
-def list_class_files(input_base: str, class_name: str) -> tuple[list[str], list[str]]:
-    """(files, hidden files) in one class folder, sorted; sub-folders are not descended into."""
-    folder = os.path.join(input_base, class_name)
-    files: list[str] = []
-    hidden: list[str] = []
-    for name in sorted(tf.io.gfile.listdir(folder)):
-        path = os.path.join(folder, name.rstrip("/"))
-        if tf.io.gfile.isdir(path):
-            continue
-        (hidden if name.startswith(".") else files).append(path)
-    return files, hidden
+def relative_path(input_base: str, path: str) -> str:
+    """'class/sub/file.jpg': the path relative to the input base, '/'-separated."""
+    base = input_base.rstrip("/") + "/"
+    if not path.startswith(base):
+        raise ValueError(f"{path!r} is not under {input_base!r}")
+    return path[len(base) :].replace(os.sep, "/")
+
+
+def list_class_files(input_base: str, class_name: str, label: int = 0) -> ClassListing:
+    """Every file under one class folder, recursively, in sorted path order.
+
+    Local folders follow symbolic links, but never into a folder already entered (a loop, or a
+    second link to the same folder: its files would be counted twice); remote file systems
+    (gs://, ...) have no links."""
+    files: list[ClassFile] = []
+    ignored: list[ListedPath] = []
+    skipped: list[ListedPath] = []
+    rejected: list[ListedPath] = []
+    local = "://" not in input_base
+    entered: set[str] = set()
+
+    def walk(folder: str) -> None:
+        if local:
+            real = os.path.realpath(folder)
+            if real in entered:
+                loop = any(real == os.path.realpath(a) for a in _ancestors(folder, input_base))
+                reason = "symlink loop" if loop else "link to a folder already listed"
+                skipped.append(ListedPath(folder, f"{reason} ({real}): not entered"))
+                return
+            entered.add(real)
+        try:
+            names = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(folder))
+        except (OSError, tf.errors.OpError) as error:
+            rejected.append(ListedPath(folder, f"unreadable folder: {_error_text(error)}"))
+            return
+        for name in names:
+            path = os.path.join(folder, name)
+            is_dir = os.path.isdir(path) if local else tf.io.gfile.isdir(path)
+            if name.startswith("."):
+                if is_dir:
+                    skipped.append(ListedPath(path, "hidden folder: not entered"))
+                else:
+                    ignored.append(ListedPath(path, "hidden file"))
+            elif is_dir:
+                walk(path)
+            else:
+                relative = relative_path(input_base, path)
+                files.append(ClassFile(path, relative, class_name, label))
+
+    walk(os.path.join(input_base, class_name))
+    return ClassListing(sorted(files), ignored, skipped, rejected)
+
+
+def _ancestors(folder: str, input_base: str) -> list[str]:
+    parents = []
+    current = os.path.dirname(folder)
+    while len(current) >= len(input_base.rstrip("/")) and current != os.path.dirname(current):
+        parents.append(current)
+        current = os.path.dirname(current)
+    return parents
+
+
+def _error_text(error: Exception) -> str:
+    return getattr(error, "message", None) or str(error)
 
 
 def validate_image(path: str, data: bytes) -> ImageFacts:
-    """Fully decodes the image (PIL) and checks its format against its extension.
+    """Decodes the image once (PIL; JPEG at 1/8 scale, which still reads every entropy-coded
+    byte) and identifies its format by the bytes, not the name.
 
-    Raises ValueError with the reason: empty file, unsupported extension, not an image,
-    extension that lies about the content, truncated or corrupt data.
-    """
-    extension = os.path.splitext(path)[1].lower()
-    expected = EXTENSION_FORMATS.get(extension)
-    if expected is None:
-        raise ValueError(
-            f"unsupported extension {extension or '(none)'!r} "
-            f"(expected one of {', '.join(sorted(EXTENSION_FORMATS))})"
-        )
+    Raises ValueError with the reason: empty file, not an image, an image format other than
+    JPEG or PNG, truncated or corrupt data. A JPEG or PNG under another extension is valid
+    (ImageFacts.extension_differs)."""
     if not data:
         raise ValueError("empty file (0 bytes)")
+    extension = posixpath.splitext(path)[1].lower()
     try:
         with Image.open(io.BytesIO(data)) as image:
             found = image.format
-            if found != expected:
-                raise ValueError(f"extension {extension!r} but the content is {found}")
+            if found not in ACCEPTED_FORMATS:
+                raise ValueError(
+                    f"not a JPEG or PNG (the content is {found}; accepted: "
+                    f"{', '.join(ACCEPTED_FORMATS)})"
+                )
             facts = ImageFacts(
-                width=image.width, height=image.height, format=found, mode=image.mode
+                width=image.width,
+                height=image.height,
+                format=found,
+                mode=image.mode,
+                extension_differs=EXTENSION_FORMATS.get(extension) != found,
             )
             if found == "JPEG":
                 # Decode at 1/8 scale: every entropy-coded byte is still read (truncation and
@@ -119,6 +213,11 @@ def validate_image(path: str, data: bytes) -> ImageFacts:
     if facts.width < 1 or facts.height < 1:
         raise ValueError(f"empty image ({facts.width}x{facts.height})")
     return facts
+
+
+def extension_note(path: str, facts: ImageFacts) -> ListedPath:
+    extension = posixpath.splitext(path)[1].lower() or "(none)"
+    return ListedPath(path, f"extension differs: {extension!r} but the content is {facts.format}")
 
 
 def split_index(relative_path: str, buckets: list[int]) -> int:

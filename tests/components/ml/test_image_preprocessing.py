@@ -1,6 +1,6 @@
-"""The image preprocessing_fn in a real tf.Transform run: mixed sizes, grayscale and RGB, JPEG
-and PNG -> [size, size, 3] float32 in [0, 1] equal to decode -> resize -> /255, and a label
-vocabulary of class names."""
+"""The image preprocessing in a real tf.Transform run: the transformed shards keep the encoded
+bytes (mixed sizes, grayscale and RGB, JPEG and PNG) and a label vocabulary of class names;
+decode_transformed gives [size, size, 3] float32 in [0, 1] equal to decode -> resize -> /255."""
 
 from __future__ import annotations
 
@@ -36,19 +36,36 @@ def test_decode_resize_scale_matches_the_reference_steps(images):
     np.testing.assert_allclose(gray[..., 0], gray[..., 2])
 
 
-def test_transform_run_materializes_images_and_label_ids(image_transform_run):
+def test_transform_keeps_encoded_bytes_and_label_ids(image_transform_run):
+    """Transform analyzes (label vocabulary, resize target) and writes the source bytes as they
+    are: no pixels on disk."""
     output = image_transform_run["output"]
     spec = output.transformed_feature_spec()
-    assert spec[features.transformed_name(features.IMAGE_KEY)].shape == [SIZE, SIZE, 3]
-    assert spec[features.transformed_name(features.IMAGE_KEY)].dtype == tf.float32
+    assert set(spec) == {image_preprocessing.ENCODED_IMAGE, "class_name_xf"}
+    assert spec[image_preprocessing.ENCODED_IMAGE].dtype == tf.string
+    assert spec[image_preprocessing.ENCODED_IMAGE].shape == []
     assert sorted(output.vocabulary_by_name(features.LABEL_VOCABULARY)) == [b"bright", b"dark"]
+    assert image_preprocessing.image_size_of(output) == SIZE
     files = tf.io.gfile.glob(image_transform_run["transformed_files"])
     records = list(tf.data.TFRecordDataset(files, compression_type="GZIP"))
     assert len(records) == len(image_transform_run["raw"])
     parsed = tf.io.parse_example(tf.stack(records), spec)
-    pixels = parsed[features.transformed_name(features.IMAGE_KEY)].numpy()
-    assert pixels.shape == (len(records), SIZE, SIZE, 3)
-    assert pixels.min() >= 0.0 and pixels.max() <= 1.0
+    kept = sorted(parsed[image_preprocessing.ENCODED_IMAGE].numpy())
+    assert kept == sorted(row[features.IMAGE_KEY][0] for row in image_transform_run["raw"])
+    # On disk: the encoded bytes plus a few bytes of framing and label per image.
+    source_bytes = sum(len(row[features.IMAGE_KEY][0]) for row in image_transform_run["raw"])
+    assert sum(len(r.numpy()) for r in records) < 1.1 * source_bytes
+
+
+def test_tabular_transform_output_has_no_image_size(transform_run):
+    assert image_preprocessing.image_size_of(transform_run["output"]) is None
+
+
+def test_decode_transformed_rejects_pixels():
+    with pytest.raises(TypeError, match="expected encoded bytes"):
+        image_preprocessing.decode_transformed(
+            {image_preprocessing.ENCODED_IMAGE: tf.zeros([1, 4, 4, 3])}, 4
+        )
 
 
 def test_missing_image_feature_is_a_clear_error():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -58,6 +59,19 @@ def test_rejected_rows_fail_the_run_and_are_listed(tmp_path, write_csv):
     assert "a.csv:42: expected 3 fields, found 2" in message
 
 
+def test_the_rejected_rows_listing_survives_the_failed_run(tmp_path, write_csv):
+    write_csv("a.csv", "id,x,c\n" + GOOD_ROWS + "99,1.0\n")
+    with pytest.raises(executor.TooManyRejectedRowsError) as error:
+        run_executor(tmp_path, write_csv.dir)
+    # TFX removes a failed execution's output folder; the listing is beside it, not inside.
+    shutil.rmtree(tmp_path / "examples")
+    listing = os.path.join(f"{tmp_path / 'examples'}-{executor.REJECTED_DIR}", "rejected.jsonl")
+    assert listing in str(error.value)
+    assert "--max_rejected_fraction" in str(error.value)
+    rejected = executor.read_rejected_rows(listing)
+    assert [(os.path.basename(r.file), r.line) for r in rejected] == [("a.csv", 42)]
+
+
 def test_rejected_rows_within_the_allowed_fraction_are_recorded(tmp_path, write_csv):
     write_csv("a.csv", "id,x,c\n" + GOOD_ROWS + "99,1.0\n")
     examples = run_executor(tmp_path, write_csv.dir, max_rejected=0.1)
@@ -68,3 +82,27 @@ def test_rejected_rows_within_the_allowed_fraction_are_recorded(tmp_path, write_
     assert examples.get_int_custom_property("num_rows_rejected") == 1
     rejected = executor.read_rejected_rows(examples.get_string_custom_property("rejected_rows_uri"))
     assert [(os.path.basename(r.file), r.line) for r in rejected] == [("a.csv", 42)]
+
+
+def test_rows_without_label_are_rejected_and_listed(tmp_path, write_csv):
+    path = write_csv("a.csv", "id,x,c\n" + GOOD_ROWS + "98,1.0,\n99,2.0,NA\n")
+    with pytest.raises(executor.TooManyRejectedRowsError) as error:
+        run_executor(tmp_path / "strict", write_csv.dir, label_key="c")
+    message = str(error.value)
+    assert "2 of 42 CSV row(s) rejected" in message and "--max_rejected_fraction" in message
+    assert f"{path}:42: column 'c' (the label) is empty" in message
+    examples = run_executor(tmp_path / "lenient", write_csv.dir, label_key="c", max_rejected=0.1)
+    _, train = read_split(examples, "train")
+    _, evaluation = read_split(examples, "eval")
+    assert len(train) + len(evaluation) == 40
+    assert all(e.features.feature["c"].bytes_list.value for e in train + evaluation)
+
+
+def test_semicolons_and_excluded_columns(tmp_path, write_csv):
+    write_csv("a.csv", "id;note;x;c\n" + "".join(f"{i};n {i};{i * 0.5};a\n" for i in range(40)))
+    examples = run_executor(
+        tmp_path, write_csv.dir, delimiter=";", excluded_columns=json.dumps(["note"])
+    )
+    _, train = read_split(examples, "train")
+    assert train and all(set(e.features.feature) == {"id", "x", "c"} for e in train)
+    assert train[0].features.feature["x"].float_list.value

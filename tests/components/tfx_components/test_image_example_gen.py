@@ -1,5 +1,7 @@
-"""The image ExampleGen on a small real folder: mixed sizes, PNG and JPEG, grayscale and RGB,
-and deliberately broken files. Exact counts, reasons, shards and a deterministic split."""
+"""The image ExampleGen on small real folders: mixed sizes, PNG and JPEG, grayscale and RGB,
+nested class folders, and deliberately bad input (broken, unreadable and misnamed files,
+symlink loops, a class with only invalid files). Exact counts, reasons, listings that survive
+a failed run, shards and a deterministic split."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import glob
 import io
 import json
 import os
+import shutil
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,7 +18,7 @@ import tensorflow as tf
 from PIL import Image
 
 from components.ml import features
-from components.tfx_components.image_example_gen import executor, reader
+from components.tfx_components.image_example_gen import driver, executor, reader
 from tests.components.helpers import IN_MEMORY, run_example_gen
 
 GOOD_PER_CLASS = 12
@@ -31,8 +35,9 @@ def _image_bytes(size: tuple[int, int], mode: str, fmt: str, seed: int) -> bytes
 
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory):
-    """cat/ and dog/: 12 valid images each (JPEG and PNG, 3 sizes, grayscale and RGB), plus 5
-    broken files and one hidden file."""
+    """cat/ and dog/: 12 valid images each (JPEG and PNG, 3 sizes, grayscale and RGB), one more
+    in a nested folder of cat/, a PNG named .jpg (kept: accepted by content), 6 broken files,
+    a hidden file, a file directly under the root, and a symlink loop."""
     root = tmp_path_factory.mktemp("images")
     good = []
     for class_index, name in enumerate(("cat", "dog")):
@@ -44,17 +49,28 @@ def image_folder(tmp_path_factory):
             path = root / name / f"{name}_{i:02d}{ext}"
             path.write_bytes(_image_bytes(size, mode, fmt, seed=100 * class_index + i))
             good.append(f"{name}/{path.name}")
+    nested = root / "cat" / "indoor" / "sofa"
+    nested.mkdir(parents=True)
+    (nested / "cat_nested.jpeg").write_bytes(_image_bytes((30, 30), "RGB", "JPEG", seed=50))
+    good.append("cat/indoor/sofa/cat_nested.jpeg")
+    (root / "dog" / "really_png.jpg").write_bytes(_image_bytes((20, 20), "RGB", "PNG", seed=8))
+    good.append("dog/really_png.jpg")
+    # A link back to an ancestor: followed naively, the walk never ends.
+    os.symlink(root / "cat", nested / "loop")
     jpeg = _image_bytes((64, 64), "RGB", "JPEG", seed=7)
     broken = {
         "cat/truncated.jpg": jpeg[: len(jpeg) // 2],
         "cat/empty.jpeg": b"",
         "dog/notes.jpg": b"this is not an image\n",
-        "dog/really_png.jpg": _image_bytes((20, 20), "RGB", "PNG", seed=8),
         "dog/readme.txt": b"text",
+        "dog/anim.png": _image_bytes((8, 8), "RGB", "GIF", seed=9),
     }
     for relative, data in broken.items():
         (root / relative).write_bytes(data)
+    os.symlink(root / "missing.jpg", root / "dog" / "dangling.jpg")
+    broken["dog/dangling.jpg"] = b""
     (root / "dog" / ".DS_Store").write_bytes(b"\x00\x01")
+    (root / "labels.csv").write_bytes(b"not read\n")
     return {"root": str(root), "good": sorted(good), "broken": broken}
 
 
@@ -82,33 +98,63 @@ def _value(example, key):
     return (feature.bytes_list.value or feature.int64_list.value)[0]
 
 
-def test_every_file_is_written_or_rejected_with_its_reason(tmp_path, image_folder):
+def test_every_file_is_written_rejected_or_ignored(tmp_path, image_folder):
     examples = run_executor(tmp_path / "out", image_folder["root"], max_rejected=0.5)
     found = examples.get_int_custom_property("num_files_found")
-    assert found == 2 * GOOD_PER_CLASS + len(image_folder["broken"])
-    assert examples.get_int_custom_property("num_files_rejected") == len(image_folder["broken"])
+    good, broken = image_folder["good"], image_folder["broken"]
+    # 2 ignored: the hidden file and the file directly under the root.
+    assert found == len(good) + len(broken) + 2
+    assert examples.get_int_custom_property("num_files_rejected") == len(broken)
+    assert examples.get_int_custom_property("num_files_ignored") == 2
     assert examples.get_int_custom_property("num_hidden_files_ignored") == 1
+    assert examples.get_int_custom_property("num_root_files_ignored") == 1
+    assert examples.get_int_custom_property("num_extension_differs") == 1
+    assert examples.get_int_custom_property("num_folders_skipped") == 1
     counts = json.loads(examples.get_string_custom_property("split_example_counts"))
     train, eval_ = read_split(examples.uri, "train"), read_split(examples.uri, "eval")
     assert counts == {"train": len(train), "eval": len(eval_)}
-    assert sum(counts.values()) == 2 * GOOD_PER_CLASS
-    assert sorted(_value(e, "path").decode() for e in train + eval_) == image_folder["good"]
+    assert sum(counts.values()) == len(good)
+    assert sorted(_value(e, "path").decode() for e in train + eval_) == good
     assert json.loads(examples.get_string_custom_property("label_vocabulary")) == ["cat", "dog"]
     assert json.loads(examples.get_string_custom_property("class_example_counts")) == {
-        "cat": GOOD_PER_CLASS,
-        "dog": GOOD_PER_CLASS,
+        "cat": GOOD_PER_CLASS + 1,
+        "dog": GOOD_PER_CLASS + 1,
     }
 
-    rejected = executor.read_rejected_files(
-        examples.get_string_custom_property("rejected_files_uri")
-    )
-    reasons = {os.path.relpath(r.path, image_folder["root"]): r.reason for r in rejected}
-    assert set(reasons) == set(image_folder["broken"])
+    root = image_folder["root"]
+
+    def listed(key):
+        items = executor.read_listing(examples.get_string_custom_property(key))
+        return {os.path.relpath(item.path, root): item.reason for item in items}
+
+    reasons = listed("rejected_files_uri")
+    assert set(reasons) == set(broken)
     assert "does not decode" in reasons["cat/truncated.jpg"]
     assert "empty file" in reasons["cat/empty.jpeg"]
     assert "not an image" in reasons["dog/notes.jpg"]
-    assert "content is PNG" in reasons["dog/really_png.jpg"]
-    assert "unsupported extension '.txt'" in reasons["dog/readme.txt"]
+    assert "not an image" in reasons["dog/readme.txt"]
+    assert "the content is GIF" in reasons["dog/anim.png"]
+    assert "unreadable" in reasons["dog/dangling.jpg"]
+    ignored = listed("ignored_files_uri")
+    assert set(ignored) == {"dog/.DS_Store", "labels.csv"}
+    assert "in no class folder" in ignored["labels.csv"]
+    differs = listed("extension_differs_uri")
+    assert differs == {"dog/really_png.jpg": "extension differs: '.jpg' but the content is PNG"}
+    skipped = listed("skipped_folders_uri")
+    assert list(skipped) == ["cat/indoor/sofa/loop"]
+    assert "symlink loop" in skipped["cat/indoor/sofa/loop"]
+
+
+def test_nested_files_belong_to_the_top_level_class(tmp_path, image_folder):
+    examples = run_executor(tmp_path / "out", image_folder["root"], max_rejected=0.5)
+    nested = [
+        e
+        for e in read_split(examples.uri, "train") + read_split(examples.uri, "eval")
+        if _value(e, features.IMAGE_PATH_KEY) == b"cat/indoor/sofa/cat_nested.jpeg"
+    ]
+    assert len(nested) == 1
+    assert _value(nested[0], features.IMAGE_LABEL_KEY) == b"cat"
+    assert _value(nested[0], features.IMAGE_LABEL_ID_KEY) == 0
 
 
 def test_examples_carry_bytes_label_and_size(tmp_path, image_folder):
@@ -144,13 +190,124 @@ def test_shard_count_and_deterministic_split(tmp_path, image_folder):
         )
 
 
-def test_rejects_over_the_allowed_fraction_fail_and_list_the_files(tmp_path, image_folder):
+def test_rejects_over_the_allowed_fraction_fail_and_the_listing_survives(tmp_path, image_folder):
+    out = tmp_path / "out"
     with pytest.raises(executor.TooManyRejectedFilesError) as error:
-        run_executor(tmp_path / "out", image_folder["root"])
+        run_executor(out, image_folder["root"])
     message = str(error.value)
-    assert f"{len(image_folder['broken'])} of {2 * GOOD_PER_CLASS + 5} image file(s)" in message
+    # Of the files read as images: the 2 ignored files are not candidates.
+    candidates = len(image_folder["good"]) + len(image_folder["broken"])
+    assert f"{len(image_folder['broken'])} of {candidates} image file(s)" in message
+    assert "--max_rejected_fraction" in message
     for relative in image_folder["broken"]:
         assert relative in message
+    # TFX removes a failed execution's output folder; the listing is beside it, not inside.
+    shutil.rmtree(out)
+    listing = os.path.join(f"{out}-{executor.REJECTED_DIR}", "rejected.jsonl")
+    assert listing in message
+    rejected = executor.read_listing(listing)
+    assert sorted(os.path.relpath(r.path, image_folder["root"]) for r in rejected) == sorted(
+        image_folder["broken"]
+    )
+
+
+def _folder(root, files: dict[str, bytes]) -> str:
+    for relative, data in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return str(root)
+
+
+def test_a_class_with_only_invalid_files_stops_the_run_naming_it(tmp_path):
+    good = _image_bytes((16, 16), "RGB", "JPEG", seed=1)
+    root = _folder(
+        tmp_path / "images",
+        {
+            "cat/a.jpg": good,
+            "cat/b.jpg": good,
+            "dog/broken.jpg": good[:20],
+            "dog/nested/text.png": b"text",
+        },
+    )
+    with pytest.raises(executor.ClassWithoutImagesError) as error:
+        run_executor(tmp_path / "out", root, max_rejected=0.9)
+    message = str(error.value)
+    assert "'dog' (2 file(s), all rejected)" in message
+    assert "dog/broken.jpg" in message and "dog/nested/text.png" in message
+    assert "'cat'" not in message
+
+
+def test_unreadable_files_are_rejected_with_the_reason(tmp_path):
+    good = _image_bytes((16, 16), "RGB", "JPEG", seed=1)
+    root = _folder(
+        tmp_path / "images",
+        {"cat/a.jpg": good, "cat/locked.jpg": good, "dog/b.jpg": good},
+    )
+    locked = os.path.join(root, "cat", "locked.jpg")
+    os.chmod(locked, 0)
+    real_read = executor._read_bytes
+
+    def read_as_unprivileged(path):
+        # Root reads a mode-000 file anyway: refuse it as the kernel refuses any other user.
+        if path == locked:
+            raise PermissionError(13, "Permission denied", path)
+        return real_read(path)
+
+    try:
+        with mock.patch.object(executor, "_read_bytes", side_effect=read_as_unprivileged):
+            examples = run_executor(tmp_path / "out", root, max_rejected=0.5)
+    finally:
+        os.chmod(locked, 0o644)
+    rejected = executor.read_listing(examples.get_string_custom_property("rejected_files_uri"))
+    assert [(r.path, r.reason) for r in rejected] == [(locked, "unreadable: Permission denied")]
+    assert examples.get_int_custom_property("num_files_found") == 3
+
+
+def test_listing_follows_links_once_and_reports_unreadable_folders(tmp_path):
+    good = _image_bytes((16, 16), "RGB", "JPEG", seed=1)
+    root = _folder(tmp_path / "images", {"cat/a.jpg": good, "shared/s.jpg": good})
+    os.symlink(os.path.join(root, "shared"), os.path.join(root, "cat", "one"))
+    os.symlink(os.path.join(root, "shared"), os.path.join(root, "cat", "two"))
+    os.symlink(os.path.join(root, "cat"), os.path.join(root, "cat", "self"))
+    listing = reader.list_class_files(root, "cat")
+    assert [f.relative for f in listing.files] == ["cat/a.jpg", "cat/one/s.jpg"]
+    assert {os.path.basename(s.path): s.reason.split(" (")[0] for s in listing.skipped} == {
+        "self": "symlink loop",
+        "two": "link to a folder already listed",
+    }
+    real_listdir = tf.io.gfile.listdir
+    blocked = os.path.join(root, "cat", "one")
+
+    def listdir(path):
+        if path == blocked:
+            raise tf.errors.PermissionDeniedError(None, None, "permission denied")
+        return real_listdir(path)
+
+    with mock.patch.object(tf.io.gfile, "listdir", side_effect=listdir):
+        listing = reader.list_class_files(root, "cat")
+    assert [(r.path, r.reason) for r in listing.rejected] == [
+        (blocked, "unreadable folder: permission denied")
+    ]
+
+
+def test_content_decides_not_the_extension():
+    png = _image_bytes((8, 8), "RGB", "PNG", seed=2)
+    facts = reader.validate_image("x/photo.jpeg", png)
+    assert (facts.format, facts.extension_differs) == ("PNG", True)
+    assert not reader.validate_image("x/photo.PNG", png).extension_differs
+    assert reader.validate_image("x/no_extension", png).extension_differs
+    with pytest.raises(ValueError, match="not a JPEG or PNG"):
+        reader.validate_image("x/a.png", _image_bytes((8, 8), "RGB", "BMP", seed=2))
+
+
+def test_the_driver_fingerprints_nested_files(tmp_path):
+    good = _image_bytes((16, 16), "RGB", "JPEG", seed=1)
+    root = _folder(tmp_path / "images", {"cat/a.jpg": good, "dog/deep/er/b.jpg": good})
+    before = driver.tree_fingerprint(root)
+    assert "num_files:2" in before
+    (tmp_path / "images" / "dog" / "deep" / "er" / "b.jpg").write_bytes(good + b"\0")
+    assert driver.tree_fingerprint(root) != before
 
 
 def test_a_folder_without_class_folders_is_a_clear_error(tmp_path):

@@ -1,6 +1,6 @@
 """The Trainer's run_fn reads the Trainer contract back from custom_config and hands multi-worker
-training to the launcher it names (the TFJob launcher, or the local process launcher by
-default), and the RBAC manifest grants the API calls the TFJob launcher makes."""
+training to the launcher it names (a TFJob or a TrainJob, or the local process launcher by
+default), and each launcher's RBAC manifest grants the API calls it makes."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from kubernetes import client as k8s
 
 from components import ConfigError
 from components.ml import features
-from components.training import cluster, tfjob, trainer
-from components.training.settings import TFJobConfig, TrainingConfig
+from components.training import cluster, tfjob, trainer, trainjob
+from components.training.settings import TFJobConfig, TrainingConfig, TrainJobConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -47,7 +47,7 @@ def test_run_fn_uses_the_tfjob_launcher_from_custom_config(tmp_path):
     with (
         mock.patch.object(tfjob.TFJobLauncher, "run", autospec=True) as run,
         mock.patch.object(cluster.LocalProcessLauncher, "run") as local_run,
-        mock.patch("components.training.tfjob._load_kubernetes_config"),
+        mock.patch("components.training.kubernetes_job.load_kubernetes_config"),
     ):
         trainer.run_fn(_fn_args(tmp_path, custom_config))
     assert not local_run.called
@@ -75,8 +75,21 @@ def test_run_fn_keeps_the_local_launcher_by_default(tmp_path):
     assert local_run.call_args.args[0] == cluster.ClusterSpec("parameter_server", 2, 1)
 
 
-def test_rbac_grants_the_launchers_calls():
-    with open(os.path.join(ROOT, "kubeflow", "tfjob-rbac.yaml")) as handle:
+@pytest.mark.parametrize(
+    ("rbac_file", "group", "plural", "extra"),
+    [
+        ("tfjob-rbac.yaml", "kubeflow.org", "tfjobs", set()),
+        (
+            "trainjob-rbac.yaml",
+            "trainer.kubeflow.org",
+            "trainjobs",
+            {("trainer.kubeflow.org", "trainingruntimes", "get")},
+        ),
+    ],
+)
+def test_rbac_manifests_are_valid_and_grant_the_launchers_calls(rbac_file, group, plural, extra):
+    """Each launcher's calls (test_kubernetes_launchers checks them against a fake API too)."""
+    with open(os.path.join(ROOT, "kubeflow", rbac_file)) as handle:
         role, binding = list(yaml.safe_load_all(handle))
     api = k8s.ApiClient()
 
@@ -85,21 +98,37 @@ def test_rbac_grants_the_launchers_calls():
 
     parsed = api.deserialize(_Response(), "V1Role")
     granted = {
-        (group, resource, verb)
+        (rule_group, resource, verb)
         for rule in parsed.rules
-        for group in rule.api_groups
+        for rule_group in rule.api_groups
         for resource in rule.resources
         for verb in rule.verbs
     }
-    needed = {
-        ("kubeflow.org", "tfjobs", "create"),
-        ("kubeflow.org", "tfjobs", "get"),
-        ("kubeflow.org", "tfjobs", "delete"),
+    needed = {(group, plural, verb) for verb in ("create", "get", "patch", "delete")} | {
         ("", "pods", "list"),
+        ("", "pods", "get"),
         ("", "pods/log", "get"),
+        ("", "events", "list"),
+        *extra,
     }
     assert needed <= granted
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_run_fn_uses_the_trainjob_launcher_from_custom_config(tmp_path):
+    settings = TrainJobConfig(image="registry.example.com/gpu:1", namespace="ml")
+    training = TrainingConfig(
+        strategy="parameter_server", workers=2, ps=1, train_steps=10, launcher=settings
+    )
+    custom_config = json.loads(json.dumps(training.to_custom_config("species")))
+    with (
+        mock.patch.object(trainjob.TrainJobLauncher, "run", autospec=True) as run,
+        mock.patch("components.training.kubernetes_job.load_kubernetes_config"),
+    ):
+        trainer.run_fn(_fn_args(tmp_path, custom_config))
+    launcher, spec, task = run.call_args.args
+    assert launcher.settings == settings
+    assert spec == cluster.ClusterSpec("parameter_server", workers=2, ps=1)
 
 
 def test_a_stale_or_misspelled_setting_fails_instead_of_taking_a_default(tmp_path):

@@ -1,0 +1,274 @@
+"""The trainer's image input pipeline: our shards -> decoded, resized, normalized batches.
+
+    python -m benchmarks.training_input [--quick] [--images N] [--repeats K] [--work_dir DIR]
+                                        [--steps S] [--no_mobilenet]
+
+On one generated JPEG set (256x256, 10 classes; pipeline.image_data synth), shards made by the
+project's ImageExampleGen -> Transform (encoded bytes kept; setup, not timed):
+1. images/s of components.ml.inputs.make_dataset over Transform's shards (what the Trainer
+   reads), decoding on batches and per element, against tf.data reading the JPEG folder directly
+   (list files, read, decode, resize, /255 in a parallel AUTOTUNE map, batch, prefetch); one full
+   pass each, K passes alternating, median and spread; target >= 1.0x (ours reads fewer, larger
+   files);
+2. the input-bound ratio: step time of a model fed by make_dataset / fed by one cached batch
+   (`take(1).cache().repeat()`), same model and batch, rounds alternating, fastest kept: the
+   small CNN at 96x96 (target <= 1.10) and MobileNetV2 at 224x224 (reported).
+The GPU check (benchmarks/gpu_check.py) reuses these pieces on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from benchmarks import common
+
+FULL_IMAGES = 5_000
+QUICK_IMAGES = 1_000
+BATCH = 64
+INPUT_TARGET = 1.0
+INPUT_BOUND_TARGET = 1.10
+SMALL_CNN_SIZE = 96
+MOBILENET_SIZE = 224
+
+
+def make_shards(data_dir: str, root: str, size: int) -> tuple[list[str], str]:
+    """Runs ImageExampleGen -> ImportSchemaGen -> Transform (resize target `size`) in this
+    process; (Transform's train + eval shard files, the transform graph's URI)."""
+    from benchmarks import image_ingestion
+    from pipeline import local
+
+    pipeline = image_ingestion.build_pipeline(data_dir, root, common.direct_beam_args(1), size)
+    local.run_dag(pipeline)
+    db, executions, _ = common.component_executions(root)
+    outputs = db.outputs_by_type(executions["Transform"].id)
+    (examples,) = outputs["Examples"]
+    (graph,) = outputs["TransformGraph"]
+    files = sorted(
+        path
+        for path in glob.glob(os.path.join(examples.uri, "Split-*", "*"))
+        if os.path.isfile(path)
+    )
+    return files, graph.uri
+
+
+def ours(files: list[str], transform_graph: str, batch: int, per_element: bool, **options):
+    import tensorflow_transform as tft
+
+    from components.ml import features, inputs
+
+    return inputs.make_dataset(
+        files,
+        tft.TFTransformOutput(transform_graph),
+        features.IMAGE_LABEL_KEY,
+        batch,
+        decode_images_per_element=per_element,
+        **{"shuffle": False, "repeat": False, **options},
+    )
+
+
+def jpeg_folder(data_dir: str, size: int, batch: int):
+    """The reference: tf.data straight from the JPEG folder, decoded as ours decodes."""
+    import tensorflow as tf
+
+    classes = sorted(d for d in os.listdir(data_dir) if os.path.isdir(os.path.join(data_dir, d)))
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            classes, list(range(len(classes))), tf.string, tf.int64
+        ),
+        default_value=-1,
+    )
+
+    def load(path):
+        image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+        image = tf.clip_by_value(tf.image.resize(image, [size, size]) / 255.0, 0.0, 1.0)
+        return image, table.lookup(tf.strings.split(path, os.sep)[-2])
+
+    files = tf.data.Dataset.list_files(os.path.join(data_dir, "*", "*.jpg"), shuffle=False)
+    return (
+        files.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch).prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def one_pass(dataset) -> tuple[int, float]:
+    """(images, seconds) of one full pass over a batched dataset."""
+    images = 0
+    started = time.monotonic()
+    for _, labels in dataset:
+        images += int(labels.shape[0])
+    return images, time.monotonic() - started
+
+
+def spread(rates: list[float]) -> str:
+    return f"median of {len(rates)}, range {min(rates):,.0f}-{max(rates):,.0f}"
+
+
+def input_rates(files, transform_graph, data_dir, size, batch, repeats) -> dict[str, list]:
+    """images/s of each input pipeline, one full pass per repeat, the three alternating."""
+    candidates = {
+        "ours_on_batches": lambda: ours(files, transform_graph, batch, per_element=False),
+        "ours_per_element": lambda: ours(files, transform_graph, batch, per_element=True),
+        "jpeg_folder": lambda: jpeg_folder(data_dir, size, batch),
+    }
+    rates: dict[str, list] = {name: [] for name in candidates}
+    expected = None
+    for _ in range(repeats):
+        for name, make in candidates.items():
+            images, seconds = one_pass(make())
+            if expected is not None and images != expected:
+                raise AssertionError(f"{name} gave {images} images, the others {expected}")
+            expected = images
+            rates[name].append(images / seconds)
+    return rates
+
+
+def input_bound(
+    files,
+    transform_graph,
+    image_model: str,
+    batch: int,
+    steps: int,
+    rounds: int = 3,
+    strategy=None,
+    jit_compile: bool = False,
+    during_real=None,
+) -> dict:
+    """Step times of one model fed by make_dataset (shuffled, repeated: the Trainer's input)
+    and by one cached batch of it; rounds alternate, each keeps its fastest. during_real: a
+    context manager factory entered around each timed real-input round (GPU sampling)."""
+    import contextlib
+
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    from components.ml import features, model
+
+    output = tft.TFTransformOutput(transform_graph)
+    real = ours(files, transform_graph, batch, per_element=False, shuffle=True, repeat=True)
+    real = real.with_options(_autotune_options())
+    synthetic = real.take(1).cache().repeat()
+    if strategy is not None:
+        real = strategy.experimental_distribute_dataset(real)
+        synthetic = strategy.experimental_distribute_dataset(synthetic)
+    models = {}
+    scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+    with scope:
+        for name in ("synthetic", "real"):
+            tf.keras.utils.set_random_seed(1)
+            models[name] = model.build_keras_model(
+                output,
+                features.IMAGE_LABEL_KEY,
+                image_model=image_model,
+                jit_compile=jit_compile,
+            )
+    seconds = {"synthetic": float("inf"), "real": float("inf")}
+    warm = max(2, min(10, steps // 4))
+    for _ in range(rounds):
+        for name, dataset in (("synthetic", synthetic), ("real", real)):
+            models[name].fit(dataset, steps_per_epoch=warm, epochs=1, verbose=0)
+            context = during_real() if (during_real and name == "real") else None
+            with context or contextlib.nullcontext():
+                started = time.monotonic()
+                models[name].fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+                seconds[name] = min(seconds[name], time.monotonic() - started)
+    return {
+        "real_step_ms": 1000 * seconds["real"] / steps,
+        "synthetic_step_ms": 1000 * seconds["synthetic"] / steps,
+        "images_per_s": steps * batch / seconds["real"],
+        "ratio": seconds["real"] / seconds["synthetic"],
+    }
+
+
+def _autotune_options():
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = True
+    return options
+
+
+def run(
+    quick: bool,
+    work_dir: str | None = None,
+    images: int | None = None,
+    repeats: int = 3,
+    steps: int = 60,
+    mobilenet: bool = True,
+) -> list:
+    from benchmarks import image_ingestion
+
+    images = images or (QUICK_IMAGES if quick else FULL_IMAGES)
+    work_dir = work_dir or tempfile.mkdtemp(prefix="training-input-")
+    data_dir = image_ingestion.synth_images(work_dir, images)
+    print(f"  training_input: {images:,} JPEGs, Transform at {SMALL_CNN_SIZE}px ...", flush=True)
+    files, graph = make_shards(data_dir, os.path.join(work_dir, "shards-96"), SMALL_CNN_SIZE)
+    rates = input_rates(files, graph, data_dir, SMALL_CNN_SIZE, BATCH, repeats)
+    for name, values in rates.items():
+        print(f"  training_input: {name}: {[round(v) for v in values]} images/s", flush=True)
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    best = max(("ours_on_batches", "ours_per_element"), key=lambda name: median[name])
+    other = "ours_per_element" if best == "ours_on_batches" else "ours_on_batches"
+    rows = [
+        common.Row(
+            f"trainer input, Transform shards -> {SMALL_CNN_SIZE}px batches of {BATCH}, "
+            f"{images:,} images",
+            median[best],
+            median["jpeg_folder"],
+            "images/s",
+            INPUT_TARGET,
+            note=f"ours ({best.removeprefix('ours_').replace('_', ' ')}) "
+            f"{spread(rates[best])}; JPEG folder {spread(rates['jpeg_folder'])}; decoding "
+            f"{other.removeprefix('ours_').replace('_', ' ')}: {spread(rates[other])}",
+        )
+    ]
+    cases = [("small_cnn", SMALL_CNN_SIZE, files, graph, INPUT_BOUND_TARGET)]
+    if mobilenet:
+        print(f"  training_input: Transform at {MOBILENET_SIZE}px ...", flush=True)
+        files_224, graph_224 = make_shards(
+            data_dir, os.path.join(work_dir, "shards-224"), MOBILENET_SIZE
+        )
+        cases.append(("mobilenet_v2", MOBILENET_SIZE, files_224, graph_224, None))
+    for image_model, size, model_files, model_graph, target in cases:
+        model_steps = steps if image_model == "small_cnn" else max(5, steps // 6)
+        measured = input_bound(model_files, model_graph, image_model, BATCH, model_steps)
+        print(f"  training_input: {image_model} at {size}px: {measured}", flush=True)
+        rows.append(
+            common.Row(
+                f"input-bound ratio, {image_model} at {size}px (real input / cached batch)",
+                measured["ratio"],
+                None,
+                "x",
+                target,
+                higher_is_better=False,
+                note=f"step {measured['real_step_ms']:.0f} ms real vs "
+                f"{measured['synthetic_step_ms']:.0f} ms cached, batch {BATCH}, {model_steps} "
+                f"steps x 3 rounds (fastest), {measured['images_per_s']:.0f} images/s trained",
+            )
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.training_input")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--work_dir", default=None)
+    parser.add_argument("--images", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--no_mobilenet", action="store_true")
+    args = parser.parse_args(argv)
+    rows = run(
+        args.quick, args.work_dir, args.images, args.repeats, args.steps, not args.no_mobilenet
+    )
+    print(common.format_table(rows))
+    return 0 if all(row.passed is not False for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""BaselineModel: the Evaluator's baseline, read from the push destination's versions."""

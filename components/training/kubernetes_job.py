@@ -1,0 +1,526 @@
+"""What the Kubernetes launchers share (tfjob.TFJobLauncher, trainjob.TrainJobLauncher).
+
+A launcher writes the TrainTask next to the model run (shared storage), creates one job object
+(a TFJob or a TrainJob) whose pods run `python -m components.training.run_task`, and waits:
+pod states are reported as progress, a failed pod's reason, its last Warning event and its last
+log line become the error, and the job is deleted per policy. Around that:
+
+- Placement (resolved in the Trainer's pod when the job is launched): the job's namespace is the
+  configured one, else the Trainer pod's own (its service account's namespace file; in
+  multi-user Kubeflow that is the profile namespace, the only one its RBAC covers). The pods'
+  service account is the configured one, else the Trainer pod's own (read from its pod object),
+  which carries the pipeline root's storage credentials.
+- Ownership: the job gets an ownerReference to the Trainer's pod, so Kubernetes
+  garbage-collects it when that pod is deleted (a cancelled KFP run, Argo's pod GC). The pod is
+  found by name: KFP_POD_NAME (KFP v2's driver sets it from the downward API in every executor
+  pod), else the host name (a pod's host name is its name unless its spec sets a hostname, which
+  KFP does not); its uid comes from that pod object. Kubernetes owners must share the
+  dependent's namespace: a job in another namespace gets no owner reference and relies on the
+  SIGTERM cleanup.
+- Cancellation: SIGTERM (what Kubernetes sends the Trainer's container when the run is
+  cancelled) deletes the job whatever the delete policy, then fails the Trainer.
+- A deadline: the job's own activeDeadlineSeconds (the operator stops it); the launcher stops
+  waiting a grace period later in case the operator does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging as std_logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+
+from components import KERAS_ENV, PROGRESS_LOGGER
+from components.training import cluster
+from components.training.settings import KubernetesJobConfig
+
+log = std_logging.getLogger("tfx_scaleout.kubernetes")
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
+
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+POD_NAME_ENV = "KFP_POD_NAME"
+PART_OF = {"app.kubernetes.io/part-of": "tfx-scaleout"}
+# Istio's sidecar never exits: a training pod with one would stay Running after training ends.
+# The label is what current Istio reads; older releases read the annotation.
+ISTIO_INJECT = "sidecar.istio.io/inject"
+TRAINING_POD_LABELS = {**PART_OF, ISTIO_INJECT: "false"}
+TRAINING_POD_ANNOTATIONS = {ISTIO_INJECT: "false"}
+# Waiting reasons that never resolve by themselves: fail at once instead of waiting forever.
+FATAL_WAITING_REASONS = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+)
+# How long past the job's deadline the launcher keeps waiting for the operator to stop it.
+DEADLINE_GRACE_SECONDS = 300
+
+
+def job_name(task) -> str:
+    """Stable per Trainer execution (its model run directory): a retried Trainer pod finds the
+    job it created instead of starting a second one."""
+    return job_name_for(task.model_run_dir)
+
+
+def job_name_for(model_run_dir: str) -> str:
+    digest = hashlib.sha1(model_run_dir.encode()).hexdigest()[:12]
+    return f"tfx-train-{digest}"
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnerPod:
+    """The Trainer's pod: the job's owner."""
+
+    name: str
+    uid: str
+    namespace: str
+    service_account: str = ""
+
+    def reference(self) -> dict:
+        # blockOwnerDeletion stays off: setting it needs update rights on the pod's finalizers.
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a job goes, as whom, owned by which pod (None: no owner reference)."""
+
+    namespace: str
+    service_account: str = ""
+    owner: OwnerPod | None = None
+
+
+def read_pod_namespace(namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str:
+    """The namespace of the pod this process runs in ("" outside a pod)."""
+    try:
+        with open(namespace_file) as handle:
+            return handle.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _kubeconfig_namespace() -> str:
+    from kubernetes import config as k8s_config
+
+    try:
+        # KUBECONFIG as it is now (the client reads its default once, at import).
+        _, context = k8s_config.list_kube_config_contexts(os.environ.get("KUBECONFIG"))
+    except (k8s_config.ConfigException, OSError):
+        return "default"
+    return (context or {}).get("context", {}).get("namespace") or "default"
+
+
+def find_owner_pod(core_api, namespace: str, pod_name: str) -> OwnerPod | None:
+    """The pod named `pod_name` in `namespace` (the Trainer's), or None when it cannot be read."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        pod = core_api.read_namespaced_pod(pod_name, namespace)
+    except ApiException as error:
+        log.warning(
+            "cannot read the Trainer's pod %s/%s (%s %s): the job gets no owner reference",
+            namespace,
+            pod_name,
+            error.status,
+            error.reason,
+        )
+        return None
+    return OwnerPod(
+        name=pod.metadata.name,
+        uid=pod.metadata.uid,
+        namespace=namespace,
+        service_account=(pod.spec.service_account_name or "") if pod.spec else "",
+    )
+
+
+def resolve_placement(
+    settings: KubernetesJobConfig,
+    core_api,
+    namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE,
+    environ: Mapping[str, str] | None = None,
+    hostname: str | None = None,
+) -> Placement:
+    environ = os.environ if environ is None else environ
+    pod_namespace = read_pod_namespace(namespace_file)
+    namespace = settings.namespace or pod_namespace or _kubeconfig_namespace()
+    owner = None
+    if pod_namespace:
+        pod_name = environ.get(POD_NAME_ENV) or hostname or socket.gethostname()
+        owner = find_owner_pod(core_api, pod_namespace, pod_name)
+    if owner and owner.namespace != namespace:
+        log.warning(
+            "the job goes to namespace %s, the Trainer's pod runs in %s: no owner reference "
+            "(Kubernetes owners share the namespace); it is deleted on SIGTERM only",
+            namespace,
+            owner.namespace,
+        )
+        owner = None
+    service_account = settings.service_account or (owner.service_account if owner else "")
+    return Placement(namespace=namespace, service_account=service_account, owner=owner)
+
+
+def container_env() -> list[dict[str, str]]:
+    # The image sets it too; a pod must never fall back to Keras 3 (see DESIGN).
+    return [{"name": name, "value": value} for name, value in KERAS_ENV.items()]
+
+
+def load_kubernetes_config() -> None:
+    from kubernetes import config as k8s_config
+
+    try:
+        k8s_config.load_incluster_config()  # the Trainer's pod: its service account
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()  # a workstation: KUBECONFIG / ~/.kube/config
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """A job object's state: Pending, Running, Succeeded or Failed, and what the operator says."""
+
+    state: str
+    detail: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+def true_conditions(job: dict) -> list[dict]:
+    return [
+        c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"
+    ]
+
+
+@contextlib.contextmanager
+def sigterm_cancels() -> Iterator[None]:
+    """SIGTERM raises cluster.Cancelled in the main thread while the block runs (once: a second
+    signal during cleanup is ignored); the previous handler comes back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        log.warning("not the main thread: SIGTERM cannot delete the job (owner reference only)")
+        yield
+        return
+
+    def cancel(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise cluster.Cancelled(f"the Trainer was cancelled ({signal.Signals(signum).name})")
+
+    previous = signal.signal(signal.SIGTERM, cancel)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class KubernetesJobLauncher:
+    """cluster.Launcher for one custom job object: create it, follow it, clean it up.
+
+    Subclasses name the resource (GROUP, VERSION, PLURAL, KIND), the pods' label, and build the
+    manifest. custom_api / core_api: kubernetes CustomObjectsApi / CoreV1Api (tests pass clients
+    for a fake API server); by default built from the in-cluster service account or kubeconfig."""
+
+    GROUP = VERSION = PLURAL = KIND = ""
+    # The label every pod of a job carries: KEY=<job name>.
+    POD_LABEL = ""
+    # What to install when the API server does not know the resource.
+    OPERATOR = ""
+
+    def __init__(
+        self,
+        settings: KubernetesJobConfig,
+        custom_api=None,
+        core_api=None,
+        sleep=time.sleep,
+        clock=time.monotonic,
+        namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE,
+        environ: Mapping[str, str] | None = None,
+    ):
+        self.settings = settings
+        if custom_api is None or core_api is None:
+            from kubernetes import client as k8s
+
+            load_kubernetes_config()
+            custom_api = custom_api or k8s.CustomObjectsApi()
+            core_api = core_api or k8s.CoreV1Api()
+        self.custom_api = custom_api
+        self.core_api = core_api
+        self.sleep = sleep
+        self.clock = clock
+        self.namespace_file = namespace_file
+        self.environ = environ
+
+    # --- what a subclass provides -------------------------------------------------------------
+
+    def manifest(
+        self, name: str, spec: cluster.ClusterSpec, task_uri: str, placement: Placement
+    ) -> dict:
+        raise NotImplementedError
+
+    def status(self, job: dict) -> JobStatus:
+        raise NotImplementedError
+
+    def preflight(self, spec: cluster.ClusterSpec, placement: Placement) -> None:
+        """Checks before the job is created (e.g. that its runtime exists)."""
+
+    # --- the run ------------------------------------------------------------------------------
+
+    def placement(self) -> Placement:
+        return resolve_placement(
+            self.settings, self.core_api, self.namespace_file, environ=self.environ
+        )
+
+    def run(self, spec: cluster.ClusterSpec, task) -> None:
+        spec.validate()
+        import tensorflow as tf
+
+        task_dir = os.path.join(task.model_run_dir, self.KIND.lower())
+        tf.io.gfile.makedirs(task_dir)
+        task_uri = os.path.join(task_dir, "task.json")
+        task.save(task_uri)
+        placement = self.placement()
+        self.preflight(spec, placement)
+        self.run_manifest(self.manifest(job_name(task), spec, task_uri, placement), placement)
+
+    def run_manifest(self, manifest: dict, placement: Placement) -> None:
+        name = manifest["metadata"]["name"]
+        namespace = placement.namespace
+        outcome = "failed"
+        with sigterm_cancels():
+            try:
+                self._create(manifest, namespace, placement.owner)
+                self._wait(namespace, name)
+                outcome = "succeeded"
+            except cluster.Cancelled:
+                outcome = "cancelled"
+                raise
+            finally:
+                policy = self.settings.delete_policy
+                if (
+                    outcome == "cancelled"
+                    or policy == "always"
+                    or (policy == "on_success" and outcome == "succeeded")
+                ):
+                    self._delete(namespace, name)
+
+    def _create(self, manifest: dict, namespace: str, owner: OwnerPod | None) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+        what = f"{self.KIND} {namespace}/{name}"
+        try:
+            self.custom_api.create_namespaced_custom_object(
+                self.GROUP, self.VERSION, namespace, self.PLURAL, manifest
+            )
+        except ApiException as error:
+            if error.status == 409:
+                log.info("%s exists (a retried Trainer); following it", what)
+                self._adopt(namespace, name, owner)
+                return
+            if error.status == 404:
+                raise cluster.ClusterError(
+                    f"{what}: the API server has no {self.PLURAL}.{self.GROUP}/{self.VERSION}; "
+                    f"install {self.OPERATOR}"
+                ) from error
+            raise cluster.ClusterError(
+                f"{what} was rejected ({error.status} {error.reason}): {body_message(error)}"
+            ) from error
+        progress_log.info("%s created", what)
+
+    def _adopt(self, namespace: str, name: str, owner: OwnerPod | None) -> None:
+        """A job an earlier Trainer pod created: this pod becomes an owner too, so the earlier
+        pod's deletion does not garbage-collect the job this one follows."""
+        if owner is None:
+            return
+        job = self.custom_api.get_namespaced_custom_object(
+            self.GROUP, self.VERSION, namespace, self.PLURAL, name
+        )
+        references = list((job.get("metadata") or {}).get("ownerReferences") or [])
+        if any(reference.get("uid") == owner.uid for reference in references):
+            return
+        self.custom_api.patch_namespaced_custom_object(
+            self.GROUP,
+            self.VERSION,
+            namespace,
+            self.PLURAL,
+            name,
+            {"metadata": {"ownerReferences": [*references, owner.reference()]}},
+        )
+
+    def _get(self, namespace: str, name: str) -> dict:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.custom_api.get_namespaced_custom_object(
+                self.GROUP, self.VERSION, namespace, self.PLURAL, name
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise cluster.ClusterError(
+                    f"{self.KIND} {namespace}/{name} was deleted while the Trainer waited"
+                ) from error
+            raise
+
+    def _wait(self, namespace: str, name: str) -> None:
+        started = self.clock()
+        give_up_after = self.settings.active_deadline_seconds + DEADLINE_GRACE_SECONDS
+        last_report = None
+        while True:
+            job = self._get(namespace, name)
+            status = self.status(job)
+            pods = sorted_pods(
+                self.core_api.list_namespaced_pod(
+                    namespace, label_selector=f"{self.POD_LABEL}={name}"
+                ).items
+            )
+            report = f"{self.KIND} {name}: {status.detail or status.state}"
+            if pods:
+                report += "; " + ", ".join(f"{pod.metadata.name} {pod_state(pod)}" for pod in pods)
+            if report != last_report:
+                progress_log.info("%s", report)
+                last_report = report
+            if status.state == "Succeeded":
+                return
+            fatal = next((pod for pod in pods if fatal_waiting(pod)), None)
+            if status.state == "Failed" or fatal is not None:
+                raise cluster.ClusterError(self._failure(namespace, name, status, pods))
+            if self.clock() - started > give_up_after:
+                raise cluster.ClusterError(
+                    f"{self.KIND} {namespace}/{name} did not finish within its deadline of "
+                    f"{self.settings.active_deadline_seconds}s (--job_deadline_seconds) and the "
+                    f"operator did not stop it; last state: {report}"
+                )
+            self.sleep(self.settings.poll_seconds)
+
+    def _failure(self, namespace: str, name: str, status: JobStatus, pods: list) -> str:
+        message = f"{self.KIND} {namespace}/{name} failed"
+        if status.reason or status.message:
+            message += f": {': '.join(x for x in (status.reason, status.message) if x)}"
+        if status.reason == "DeadlineExceeded" or "deadline" in status.message.lower():
+            message += (
+                f" (deadline {self.settings.active_deadline_seconds}s, --job_deadline_seconds)"
+            )
+        for pod in pods:
+            container, reason = pod_failure(pod)
+            if not reason:
+                continue
+            message += f"; pod {pod.metadata.name} {reason}"
+            event = self._last_warning(namespace, pod.metadata.name)
+            if event:
+                message += f"; event: {event}"
+            tail = self._log_tail(namespace, pod.metadata.name, container)
+            if tail:
+                message += f"; last output: {tail}"
+            break
+        return message
+
+    def _last_warning(self, namespace: str, pod_name: str) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            events = self.core_api.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={pod_name}"
+            ).items
+        except ApiException:
+            return ""
+        warnings = [event for event in events or [] if event.type == "Warning"]
+        if not warnings:
+            return ""
+        last = warnings[-1]
+        return f"{last.reason}: {(last.message or '').strip()}"[-400:]
+
+    def _log_tail(self, namespace: str, pod_name: str, container: str) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            text = self.core_api.read_namespaced_pod_log(
+                pod_name, namespace, container=container or None, tail_lines=20
+            )
+        except ApiException:
+            return ""
+        lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line or "Exception" in line]
+        return (errors[-1] if errors else " | ".join(lines[-2:]))[-600:]
+
+    def _delete(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.custom_api.delete_namespaced_custom_object(
+                self.GROUP,
+                self.VERSION,
+                namespace,
+                self.PLURAL,
+                name,
+                propagation_policy="Foreground",
+            )
+            progress_log.info("%s %s/%s deleted", self.KIND, namespace, name)
+        except ApiException as error:
+            if error.status != 404:
+                log.warning("could not delete %s %s: %s", self.KIND, name, error)
+
+
+def sorted_pods(pods: list) -> list:
+    return sorted(pods, key=lambda pod: pod.metadata.name)
+
+
+def pod_state(pod) -> str:
+    """Phase, with the container's waiting reason or an unschedulable note when there is one."""
+    status = pod.status
+    for container in status.container_statuses or []:
+        waiting = container.state.waiting if container.state else None
+        if waiting and waiting.reason and waiting.reason != "ContainerCreating":
+            return f"{status.phase} ({waiting.reason})"
+    for condition in status.conditions or []:
+        if condition.type == "PodScheduled" and condition.status == "False":
+            return f"{status.phase} (unschedulable: {condition.message or condition.reason})"
+    return status.phase or "Unknown"
+
+
+def fatal_waiting(pod) -> bool:
+    for container in pod.status.container_statuses or []:
+        waiting = container.state.waiting if container.state else None
+        if waiting and waiting.reason in FATAL_WAITING_REASONS:
+            return True
+    return False
+
+
+def pod_failure(pod) -> tuple[str, str]:
+    """(container, why) a pod failed: a terminated container's reason and exit code (OOMKilled,
+    Error), a fatal waiting reason (image pull), or the pod's own reason (Evicted); why is ""
+    when it did not fail."""
+    first = ""
+    for container in pod.status.container_statuses or []:
+        first = first or container.name
+        state = container.last_state if container.state and container.state.running else None
+        for candidate in (container.state, state):
+            terminated = candidate.terminated if candidate else None
+            if terminated and terminated.exit_code:
+                text = f"{terminated.reason or 'terminated'} (exit code {terminated.exit_code})"
+                message = terminated.message.strip() if terminated.message else ""
+                return container.name, text + (f": {message}" if message else "")
+        waiting = container.state.waiting if container.state else None
+        if waiting and waiting.reason in FATAL_WAITING_REASONS:
+            return container.name, f"{waiting.reason}: {waiting.message or ''}".rstrip(": ")
+    if pod.status.phase == "Failed":
+        why = f"{pod.status.reason or 'Failed'}: {pod.status.message or ''}".rstrip(": ")
+        return first, why
+    return first, ""
+
+
+def body_message(error) -> str:
+    try:
+        return json.loads(error.body).get("message", error.body)
+    except (TypeError, ValueError, AttributeError):
+        return str(error.body)

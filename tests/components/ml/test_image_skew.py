@@ -1,0 +1,96 @@
+"""No training/serving skew for images: the pixels and predictions the trainer's input pipeline
+gives equal those of the exported signatures TFMA calls (transform_features for the label and
+features, serving_default on tf.Examples) and of serving_images on raw bytes, on the same images.
+
+The Transform output keeps encoded bytes; decode -> resize -> normalize runs in each consumer
+from the one function image_preprocessing.decode_transformed, which this test holds to that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.ml import export, features, image_preprocessing, inputs, model
+from tests.components.conftest import IMAGE_SIZE as SIZE
+from tests.components.helpers import serialize
+
+LABEL_XF = features.transformed_name(features.IMAGE_LABEL_KEY)
+
+
+@pytest.fixture(scope="module")
+def exported(image_transform_run, tmp_path_factory):
+    output = image_transform_run["output"]
+    tf.keras.utils.set_random_seed(3)
+    keras_model = model.build_keras_model(output, features.IMAGE_LABEL_KEY, image_model="small_cnn")
+    export_dir = str(tmp_path_factory.mktemp("skew") / "export")
+    export.export_serving_model(keras_model, output, features.IMAGE_LABEL_KEY, export_dir)
+    return keras_model, tf.saved_model.load(export_dir)
+
+
+def _trainer_batches(image_transform_run, per_element: bool):
+    """(encoded bytes, pixels, label ids) in file order, through the trainer's make_dataset."""
+    output = image_transform_run["output"]
+    spec = output.transformed_feature_spec()
+    encoded, pixels, labels = [], [], []
+    for path in sorted(tf.io.gfile.glob(image_transform_run["transformed_files"])):
+        records = tf.stack(list(tf.data.TFRecordDataset(path, compression_type="GZIP")))
+        encoded.extend(
+            tf.io.parse_example(records, spec)[image_preprocessing.ENCODED_IMAGE].numpy()
+        )
+        dataset = inputs.make_dataset(
+            path,
+            output,
+            features.IMAGE_LABEL_KEY,
+            5,
+            shuffle=False,
+            repeat=False,
+            decode_images_per_element=per_element,
+        )
+        for batch, label in dataset:
+            pixels.append(batch[image_preprocessing.ENCODED_IMAGE].numpy())
+            labels.append(label.numpy())
+    return encoded, np.concatenate(pixels), np.concatenate(labels)
+
+
+@pytest.mark.parametrize("per_element", [False, True], ids=["on_batches", "per_element"])
+def test_trainer_tfma_and_serving_see_the_same_pixels_and_predictions(
+    image_transform_run, exported, per_element
+):
+    keras_model, loaded = exported
+    encoded, pixels, labels = _trainer_batches(image_transform_run, per_element)
+    assert pixels.shape == (len(image_transform_run["raw"]), SIZE, SIZE, 3)
+    trainer_probabilities = keras_model(
+        {image_preprocessing.ENCODED_IMAGE: pixels}, training=False
+    ).numpy()
+
+    label_of = {
+        row[features.IMAGE_KEY][0]: row[features.IMAGE_LABEL_KEY][0]
+        for row in image_transform_run["raw"]
+    }
+    examples = tf.constant(
+        [
+            serialize({features.IMAGE_KEY: [data], features.IMAGE_LABEL_KEY: [label_of[data]]})
+            for data in encoded
+        ]
+    )
+    # TFMA: the transform_features signature (labels and features) and serving_default.
+    tfma_features = loaded.signatures[features.TRANSFORM_SIGNATURE](examples=examples)
+    np.testing.assert_allclose(
+        tfma_features[image_preprocessing.ENCODED_IMAGE].numpy(), pixels, atol=1e-6
+    )
+    np.testing.assert_array_equal(tfma_features[LABEL_XF].numpy().reshape(-1), labels)
+    tfma_probabilities = loaded.signatures[features.SERVING_SIGNATURE](examples=examples)
+    np.testing.assert_allclose(
+        tfma_probabilities[features.PROBABILITIES].numpy(), trainer_probabilities, atol=1e-5
+    )
+    # Serving raw image files.
+    served = loaded.signatures[features.IMAGE_SERVING_SIGNATURE](images=tf.constant(encoded))
+    np.testing.assert_allclose(
+        served[features.PROBABILITIES].numpy(), trainer_probabilities, atol=1e-5
+    )
+    # And the reference steps, written out independently of the project's function.
+    for data, got in zip(encoded, pixels, strict=True):
+        reference = tf.image.resize(tf.io.decode_image(data, channels=3), [SIZE, SIZE]) / 255.0
+        np.testing.assert_allclose(got, np.clip(reference.numpy(), 0, 1), atol=1e-6)

@@ -1,0 +1,589 @@
+"""A Kubeflow Pipelines IR runner for tests: executes a compiled pipeline file on this machine the
+way open-source KFP's driver and launcher do (kubeflow/pipelines backend/src/v2, read at commit
+7b70c7b95f6832772efd6fd0029a4024491a0f44; no code copied).
+
+What it does as KFP does:
+  - refuses the whole file before anything runs when an executor is neither a container nor an
+    importer (the Argo compiler: "resolver not implemented yet"), or the pipeline root is not an
+    object store the launcher opens (gs://, s3://, minio://, mem://);
+  - runs the root DAG's tasks in dependency order; each task's ExecutorInput has its parameter
+    values (constants, pipeline parameters with their defaults, upstream output parameters), its
+    input artifacts (name = the recorded artifact's id, URI and the metadata its producer
+    wrote), output artifacts under <root>/<pipeline>/<run>/<task>/<salt>/<output>, output
+    parameter files and the executor output file;
+  - the cache key (driver/cache.go, cacheutils/cache.go): input artifact names, input parameter
+    values, output artifact specs without URIs, output parameter types, the container's image
+    and unresolved command + args, PVC names; sha256 of its JSON; looked up per pipeline name
+    among successful executions of tasks whose cachingOptions.enableCache is set; a hit reuses
+    that execution's output artifacts and parameters and runs nothing;
+  - the container's command and args with `{{$}}` and the `{{$.inputs...}}` /
+    `{{$.outputs...}}` placeholders substituted (launcher compileCmdAndArgs), run as a
+    subprocess; the ExecutorOutput file read back (output parameters from it or from their
+    files; artifact metadata merged).
+
+What stands in for the cluster: object-store URIs are mapped to local folders (`stores`), and
+absolute paths inside the image to this checkout (`image_paths`); both are applied to the
+ExecutorInput only, never to the cache key. `python` in a command is this interpreter. The
+store of artifacts and executions (KFP's MLMD and cache table) is a JSON file under state_dir,
+so a second IRRunner on the same state_dir sees the first one's cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import yaml
+
+# objectstore/config.go: the schemes the launcher opens a bucket for.
+BUCKET_PATTERN = re.compile(r"(^[a-z][a-z0-9]+:///?)([^/?]+)(/[^?]*)?(\?.+)?$")
+OBJECT_STORE_SCHEMES = ("gs://", "s3://", "minio://", "mem://")
+# component/launcher_v2.go LocalPathForURI: where the pod sees an object-store URI.
+LOCAL_PREFIXES = {"gs://": "/gcs/", "minio://": "/minio/", "s3://": "/s3/"}
+PLACEHOLDER = re.compile(r"\{\{\$(?:\.[^}]*)?\}\}")
+
+
+class IRRejected(ValueError):
+    """The backend would refuse this pipeline file before running anything."""
+
+
+class TaskFailed(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class TaskResult:
+    name: str
+    state: str  # "EXECUTED" | "CACHED"
+    seconds: float
+    fingerprint: str | None
+    outputs: dict[str, dict]  # output name -> artifact record
+    output_parameters: dict[str, Any]
+
+
+@dataclasses.dataclass
+class RunResult:
+    run_id: str
+    tasks: dict[str, TaskResult]
+    seconds: float
+
+    def states(self) -> dict[str, str]:
+        return {name: task.state for name, task in self.tasks.items()}
+
+
+def load(package_path: str) -> tuple[dict, dict | None]:
+    with open(package_path) as handle:
+        documents = list(yaml.safe_load_all(handle))
+    return documents[0], (documents[1] if len(documents) > 1 else None)
+
+
+def check_executors(spec: dict) -> None:
+    """As the Argo compiler: only container and importer executors compile."""
+    for label, executor in sorted(spec["deploymentSpec"]["executors"].items()):
+        if "resolver" in executor:
+            raise IRRejected(f"executor {label}: resolver not implemented yet")
+        if "container" not in executor and "importer" not in executor:
+            raise IRRejected(f"executor {label}: unsupported executor kind {sorted(executor)}")
+
+
+def check_pipeline_root(root: str) -> None:
+    """As objectstore.ParseBucketPathToConfig, which the launcher calls on every task."""
+    match = BUCKET_PATTERN.match(root or "")
+    if not match:
+        raise IRRejected(f"unrecognized pipeline root format: {root!r}")
+    if match.group(1) not in OBJECT_STORE_SCHEMES:
+        raise IRRejected(f"unsupported Cloud bucket: {root!r}")
+
+
+def output_uri(root: str, *parts: str) -> str:
+    """metadata.GenerateOutputURI: root/parts (the query string dropped)."""
+    return root.split("?", 1)[0].rstrip("/") + "/" + "/".join(p.strip("/") for p in parts)
+
+
+def task_order(tasks: dict) -> list[str]:
+    """Dependency order (dependentTasks and the producers of inputs), ties by name."""
+    needs: dict[str, set[str]] = {}
+    for name, task in tasks.items():
+        deps = set(task.get("dependentTasks", []))
+        for kind in ("parameters", "artifacts"):
+            for value in task.get("inputs", {}).get(kind, {}).values():
+                for ref in ("taskOutputParameter", "taskOutputArtifact"):
+                    if ref in value:
+                        deps.add(value[ref]["producerTask"])
+        unknown = deps - set(tasks)
+        if unknown:
+            raise IRRejected(f"task {name} depends on unknown task(s) {sorted(unknown)}")
+        needs[name] = deps
+    order: list[str] = []
+    while needs:
+        ready = sorted(name for name, deps in needs.items() if deps <= set(order))
+        if not ready:
+            raise IRRejected(f"dependency cycle among {sorted(needs)}")
+        order.append(ready[0])
+        del needs[ready[0]]
+    return order
+
+
+def schema_title(artifact_type: dict) -> str:
+    if "schemaTitle" in artifact_type:
+        return artifact_type["schemaTitle"]
+    first_line = artifact_type["instanceSchema"].split("\n", 1)[0]
+    return first_line.split(":", 1)[1].strip()
+
+
+def cache_fingerprint(
+    inputs: dict, outputs: dict, output_parameter_types: dict, container: dict, pvc_names
+) -> str:
+    """sha256 of the cache key's JSON, with the fields of KFP's CacheKey."""
+    key = {
+        "inputArtifactNames": {
+            name: {"artifactNames": [a["name"] for a in listed["artifacts"]]}
+            for name, listed in inputs.get("artifacts", {}).items()
+        },
+        "inputParameterValues": inputs.get("parameterValues", {}),
+        "outputArtifactsSpec": {
+            name: {k: v for k, v in listed["artifacts"][0].items() if k != "uri"}
+            for name, listed in outputs.get("artifacts", {}).items()
+            if listed["artifacts"]
+        },
+        "outputParametersSpec": dict(output_parameter_types),
+        "containerSpec": {
+            "image": container["image"],
+            "cmdArgs": [*container.get("command", []), *container.get("args", [])],
+            "pvcNames": sorted(set(pvc_names)),
+        },
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def placeholder_values(executor_input: dict) -> dict[str, str]:
+    """launcher getPlaceholders: the strings each placeholder becomes."""
+    values: dict[str, str] = {}
+    for name, listed in executor_input["inputs"].get("artifacts", {}).items():
+        if listed["artifacts"]:
+            values[f"{{{{$.inputs.artifacts['{name}'].uri}}}}"] = listed["artifacts"][0]["uri"]
+    for name, listed in executor_input["outputs"].get("artifacts", {}).items():
+        values[f"{{{{$.outputs.artifacts['{name}'].uri}}}}"] = listed["artifacts"][0]["uri"]
+    for name, value in executor_input["inputs"].get("parameterValues", {}).items():
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, bool):
+            text = str(value).lower()
+        elif isinstance(value, (int, float)):
+            text = (
+                repr(float(value)).removesuffix(".0") if float(value).is_integer() else repr(value)
+            )
+        else:
+            text = json.dumps(value)
+        values[f"{{{{$.inputs.parameters['{name}']}}}}"] = text
+    for name, parameter in executor_input["outputs"].get("parameters", {}).items():
+        values[f"{{{{$.outputs.parameters['{name}'].output_file}}}}"] = parameter["outputFile"]
+    return values
+
+
+def compile_args(executor_input: dict, args: list[str]) -> list[str]:
+    """launcher compileCmdAndArgs; an unknown placeholder is an error here (KFP would pass
+    it through as text)."""
+    values = placeholder_values(executor_input)
+    executor_json = json.dumps(executor_input)
+    compiled = []
+    for arg in args:
+        text = arg.replace("{{$}}", executor_json)
+        for placeholder, replacement in values.items():
+            text = text.replace(placeholder, replacement)
+        leftover = PLACEHOLDER.findall(arg.replace("{{$}}", ""))
+        unresolved = [p for p in leftover if p not in values]
+        if unresolved:
+            raise IRRejected(f"unresolved placeholder(s) {unresolved} in {arg[:80]!r}")
+        compiled.append(text)
+    return compiled
+
+
+class Store:
+    """Artifacts, executions and the cache table, in one JSON file."""
+
+    def __init__(self, path: str):
+        self.path = path
+        if os.path.exists(path):
+            with open(path) as handle:
+                self.data = json.load(handle)
+        else:
+            self.data = {"artifacts": [], "executions": [], "cache": {}}
+
+    def save(self) -> None:
+        with open(self.path, "w") as handle:
+            json.dump(self.data, handle, indent=1, sort_keys=True)
+
+    def add_artifact(self, record: dict) -> dict:
+        record = dict(record, id=len(self.data["artifacts"]) + 1)
+        self.data["artifacts"].append(record)
+        return record
+
+    def artifact(self, artifact_id: int) -> dict:
+        return self.data["artifacts"][artifact_id - 1]
+
+    def add_execution(self, record: dict) -> dict:
+        record = dict(record, id=len(self.data["executions"]) + 1)
+        self.data["executions"].append(record)
+        return record
+
+    def cached(self, pipeline: str, fingerprint: str) -> dict | None:
+        execution_id = self.data["cache"].get(pipeline, {}).get(fingerprint)
+        return self.data["executions"][execution_id - 1] if execution_id else None
+
+    def remember(self, pipeline: str, fingerprint: str, execution: dict) -> None:
+        self.data["cache"].setdefault(pipeline, {})[fingerprint] = execution["id"]
+
+
+def _prefixes(mapping: dict[str, str]) -> dict[str, str]:
+    stripped = {k.rstrip("/"): v.rstrip("/") for k, v in mapping.items()}
+    return dict(sorted(stripped.items(), key=lambda kv: -len(kv[0])))
+
+
+class IRRunner:
+    def __init__(
+        self,
+        package_path: str,
+        state_dir: str,
+        stores: dict[str, str],
+        image_paths: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 900,
+    ):
+        self.spec, self.platform = load(package_path)
+        check_executors(self.spec)
+        self.state_dir = state_dir
+        os.makedirs(state_dir, exist_ok=True)
+        self.store = Store(os.path.join(state_dir, "store.json"))
+        # Without trailing slashes; longest prefix first, so gs://bucket/x maps before gs://bucket.
+        self.stores = _prefixes(stores)
+        self.image_paths = _prefixes(image_paths or {})
+        self.env = env
+        self.timeout = timeout
+
+    # --- what stands in for the cluster -------------------------------------------------
+    def local(self, text: str) -> str:
+        """An object-store URI or image path as this machine reads it."""
+        for prefix, folder in {**self.stores, **self.image_paths}.items():
+            if text == prefix or text.startswith(prefix + "/"):
+                return folder + text[len(prefix) :]
+        return text
+
+    def _localize(self, value: Any) -> Any:
+        """Every URI / image path inside a value (JSON strings included)."""
+        if isinstance(value, str):
+            for prefix, folder in {**self.stores, **self.image_paths}.items():
+                value = value.replace(prefix + "/", folder + "/")
+                if value == prefix:
+                    value = folder
+            return value
+        if isinstance(value, dict):
+            return {k: self._localize(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._localize(v) for v in value]
+        return value
+
+    def _remote(self, value: Any) -> Any:
+        """The inverse of _localize for what the executor wrote back."""
+        if isinstance(value, str):
+            for prefix, folder in self.stores.items():
+                value = value.replace(folder + "/", prefix + "/")
+            return value
+        if isinstance(value, dict):
+            return {k: self._remote(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._remote(v) for v in value]
+        return value
+
+    def pvc_names(self, executor_label: str) -> list[str]:
+        if not self.platform:
+            return []
+        executors = self.platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+        names = []
+        for mount in executors.get(executor_label, {}).get("pvcMount", []):
+            parameter = mount.get("pvcNameParameter", {}).get("runtimeValue", {})
+            names.append(parameter.get("constant") or mount.get("constant"))
+        return [n for n in names if n]
+
+    # --- the run -----------------------------------------------------------------------
+    def run(
+        self, parameters: dict[str, Any] | None = None, pipeline_root: str | None = None
+    ) -> RunResult:
+        spec = self.spec
+        root = pipeline_root or spec.get("defaultPipelineRoot", "")
+        check_pipeline_root(root)
+        pipeline_name = spec["pipelineInfo"]["name"]
+        run_id = uuid.uuid4().hex[:12]
+        run_root = output_uri(root, pipeline_name, run_id)
+        values = {}
+        for name, definition in (
+            spec["root"].get("inputDefinitions", {}).get("parameters", {}).items()
+        ):
+            if parameters and name in parameters:
+                values[name] = parameters[name]
+            elif "defaultValue" in definition:
+                values[name] = definition["defaultValue"]
+            elif not definition.get("isOptional"):
+                raise IRRejected(f"pipeline parameter {name!r} has no value")
+        tasks = spec["root"]["dag"]["tasks"]
+        results: dict[str, TaskResult] = {}
+        started = time.monotonic()
+        for task_name in task_order(tasks):
+            results[task_name] = self._run_task(
+                task_name, tasks[task_name], values, results, run_root, pipeline_name
+            )
+            self.store.save()
+        return RunResult(run_id=run_id, tasks=results, seconds=time.monotonic() - started)
+
+    def _inputs(self, task: dict, component: dict, values: dict, results: dict) -> dict:
+        parameters: dict[str, Any] = {}
+        for name, value in task.get("inputs", {}).get("parameters", {}).items():
+            if "runtimeValue" in value:
+                parameters[name] = value["runtimeValue"]["constant"]
+            elif "componentInputParameter" in value:
+                parameters[name] = values[value["componentInputParameter"]]
+            elif "taskOutputParameter" in value:
+                ref = value["taskOutputParameter"]
+                parameters[name] = results[ref["producerTask"]].output_parameters[
+                    ref["outputParameterKey"]
+                ]
+            else:
+                raise IRRejected(f"unsupported parameter input {name}: {sorted(value)}")
+        # The launcher fills declared defaults of inputs the task does not set.
+        for name, definition in component.get("inputDefinitions", {}).get("parameters", {}).items():
+            if name not in parameters and "defaultValue" in definition:
+                parameters[name] = definition["defaultValue"]
+            elif name not in parameters and not definition.get("isOptional"):
+                raise IRRejected(f"input parameter {name!r} has no value")
+        artifacts: dict[str, dict] = {}
+        for name, value in task.get("inputs", {}).get("artifacts", {}).items():
+            if "taskOutputArtifact" not in value:
+                raise IRRejected(f"unsupported artifact input {name}: {sorted(value)}")
+            ref = value["taskOutputArtifact"]
+            record = results[ref["producerTask"]].outputs[ref["outputArtifactKey"]]
+            artifacts[name] = {"artifacts": [self._runtime_artifact(record)]}
+        return {"parameterValues": parameters, "artifacts": artifacts}
+
+    @staticmethod
+    def _runtime_artifact(record: dict) -> dict:
+        """metadata toRuntimeArtifact: name is the artifact's id."""
+        return {
+            "name": str(record["id"]),
+            "type": {"schemaTitle": record["schemaTitle"]},
+            "uri": record["uri"],
+            "metadata": dict(record["metadata"]),
+        }
+
+    def _run_task(
+        self,
+        task_name: str,
+        task: dict,
+        values: dict,
+        results: dict,
+        run_root: str,
+        pipeline_name: str,
+    ) -> TaskResult:
+        spec = self.spec
+        component = spec["components"][task["componentRef"]["name"]]
+        label = component["executorLabel"]
+        executor = spec["deploymentSpec"]["executors"][label]
+        inputs = self._inputs(task, component, values, results)
+        started = time.monotonic()
+        if "importer" in executor:
+            return self._import(task_name, executor["importer"], inputs, component, started)
+        container = executor["container"]
+        task_root = output_uri(run_root, task_name, uuid.uuid4().hex[:8])
+        output_types = {
+            name: definition["parameterType"]
+            for name, definition in component.get("outputDefinitions", {})
+            .get("parameters", {})
+            .items()
+        }
+        outputs = {
+            "artifacts": {
+                name: {
+                    "artifacts": [
+                        {
+                            "name": name,
+                            "type": definition["artifactType"],
+                            "uri": output_uri(task_root, name),
+                            **(
+                                {"metadata": definition["metadata"]}
+                                if "metadata" in definition
+                                else {}
+                            ),
+                        }
+                    ]
+                }
+                for name, definition in component.get("outputDefinitions", {})
+                .get("artifacts", {})
+                .items()
+            },
+            "parameters": {
+                name: {"outputFile": f"/tmp/kfp/outputs/{name}"} for name in output_types
+            },
+            "outputFile": self._pod_path(task_root) + "/output_metadata.json",
+        }
+        fingerprint = None
+        if task.get("cachingOptions", {}).get("enableCache"):
+            fingerprint = cache_fingerprint(
+                inputs, outputs, output_types, container, self.pvc_names(label)
+            )
+            hit = self.store.cached(pipeline_name, fingerprint)
+            if hit is not None:
+                return TaskResult(
+                    name=task_name,
+                    state="CACHED",
+                    seconds=time.monotonic() - started,
+                    fingerprint=fingerprint,
+                    outputs={k: self.store.artifact(v) for k, v in hit["outputs"].items()},
+                    output_parameters=dict(hit["output_parameters"]),
+                )
+        executor_output = self._execute(task_name, container, inputs, outputs)
+        output_parameters = dict(executor_output.get("parameterValues", {}))
+        for name in output_types:
+            if name not in output_parameters:
+                # launcher collectOutputParameters: from the file, else the task fails.
+                path = self._pod_file(task_name, outputs["parameters"][name]["outputFile"])
+                try:
+                    with open(path) as handle:
+                        output_parameters[name] = handle.read()
+                except OSError as error:
+                    raise TaskFailed(
+                        f"task {task_name}: failed to read output parameter {name!r}: {error}"
+                    ) from None
+        recorded = {}
+        for name, listed in outputs["artifacts"].items():
+            artifact = listed["artifacts"][0]
+            written = executor_output.get("artifacts", {}).get(name, {}).get("artifacts", [{}])
+            metadata = {**artifact.get("metadata", {}), **(written[0].get("metadata") or {})}
+            metadata.setdefault("display_name", name)
+            recorded[name] = self.store.add_artifact(
+                {
+                    "schemaTitle": schema_title(artifact["type"]),
+                    "uri": artifact["uri"],
+                    "metadata": self._remote(metadata),
+                    "producer": task_name,
+                }
+            )
+        execution = self.store.add_execution(
+            {
+                "task": task_name,
+                "fingerprint": fingerprint,
+                "outputs": {name: record["id"] for name, record in recorded.items()},
+                "output_parameters": output_parameters,
+            }
+        )
+        if fingerprint:
+            self.store.remember(pipeline_name, fingerprint, execution)
+        return TaskResult(
+            name=task_name,
+            state="EXECUTED",
+            seconds=time.monotonic() - started,
+            fingerprint=fingerprint,
+            outputs=recorded,
+            output_parameters=output_parameters,
+        )
+
+    def _import(self, task_name, importer, inputs, component, started) -> TaskResult:
+        uri = importer["artifactUri"]
+        uri = uri["runtimeParameter"] if "runtimeParameter" in uri else uri.get("constant", uri)
+        [(name, definition)] = component["outputDefinitions"]["artifacts"].items()
+        record = self.store.add_artifact(
+            {
+                "schemaTitle": schema_title(importer["typeSchema"]),
+                "uri": uri,
+                "metadata": dict(importer.get("metadata", {})),
+                "producer": task_name,
+            }
+        )
+        return TaskResult(
+            task_name, "EXECUTED", time.monotonic() - started, None, {name: record}, {}
+        )
+
+    def _pod_path(self, uri: str) -> str:
+        """The pod-local path the launcher uses for an object-store URI (LocalPathForURI)."""
+        for scheme, local_prefix in LOCAL_PREFIXES.items():
+            if uri.startswith(scheme):
+                return local_prefix + uri[len(scheme) :]
+        raise IRRejected(f"failed to generate local path for URI {uri}")
+
+    def _pod_file(self, task_name: str, pod_path: str) -> str:
+        """Where this machine keeps a pod-local file of the task."""
+        return os.path.join(self.state_dir, "pods", task_name, pod_path.lstrip("/"))
+
+    def _execute(self, task_name: str, container: dict, inputs: dict, outputs: dict) -> dict:
+        executor_input = {"inputs": inputs, "outputs": outputs}
+        # Resolved for the real pod first (unknown placeholders fail here), then localized.
+        compile_args(executor_input, container.get("args", []))
+        local_input = self._localize(executor_input)
+        output_file = self._pod_file(task_name, outputs["outputFile"])
+        local_input["outputs"]["outputFile"] = output_file
+        for parameter in local_input["outputs"]["parameters"].values():
+            parameter["outputFile"] = self._pod_file(task_name, parameter["outputFile"])
+            os.makedirs(os.path.dirname(parameter["outputFile"]), exist_ok=True)
+        os.makedirs(os.path.dirname(output_file), exist_ok=True)
+        for listed in local_input["outputs"]["artifacts"].values():
+            os.makedirs(listed["artifacts"][0]["uri"], exist_ok=True)  # prepareOutputFolders
+        command = list(container["command"])
+        if command[0] == "python":
+            command[0] = sys.executable
+        args = compile_args(local_input, container.get("args", []))
+        log_path = self._pod_file(task_name, "/log.txt")
+        with open(log_path, "w") as log:
+            completed = subprocess.run(
+                [*command, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                timeout=self.timeout,
+                check=False,
+            )
+        if completed.returncode != 0:
+            with open(log_path) as handle:
+                tail = handle.read()[-4000:]
+            raise TaskFailed(f"task {task_name} exited {completed.returncode}:\n{tail}")
+        if not os.path.exists(output_file):
+            return {}
+        with open(output_file) as handle:
+            return json.load(handle)
+
+
+def _pairs(values: list[str]) -> dict[str, str]:
+    return dict(value.split("=", 1) for value in values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m tests.kubeflow.ir_runner PACKAGE --state DIR --store gs://bucket=DIR
+    [--image_path /app/schemas=schemas ...] [--param data_root=gs://bucket/data ...]:
+    one run, one line per task (state, seconds), then the run's total."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("package")
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--store", action="append", default=[], metavar="URI_PREFIX=DIR")
+    parser.add_argument("--image_path", action="append", default=[], metavar="IMAGE_PATH=DIR")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args(argv)
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    runner = IRRunner(
+        args.package, args.state, _pairs(args.store), _pairs(args.image_path), env=env
+    )
+    result = runner.run(_pairs(args.param) or None)
+    for name, task in result.tasks.items():
+        sys.stdout.write(f"{name:28s} {task.state:9s} {task.seconds:6.1f} s\n")
+    sys.stdout.write(f"run {result.run_id}: {result.seconds:.1f} s\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

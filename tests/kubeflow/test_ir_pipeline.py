@@ -1,0 +1,178 @@
+"""The compiled pipeline, end to end through the IR runner (tests/kubeflow/ir_runner.py), as
+open-source Kubeflow Pipelines would run it: every task the container TFX's v2 entry point (or
+the ExampleGen driver) runs in the pod, with KFP's cache-key rule between runs.
+
+Penguins (the user-CSV variant, so that a file can be added under data_root): a cold run
+executes every task and pushes a model; an unchanged rerun is a cache hit for every component
+(only the uncached ExampleGen driver runs); a file added under data_root reruns ExampleGen and
+everything downstream, and the Evaluator compares the new model against the first one. Digits
+(the image pipeline) end to end as well."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import tensorflow_model_analysis as tfma
+import yaml
+
+from kubeflow import run_kubeflow
+from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES
+from pipeline import datasets, image_data
+from tests.kubeflow import ir_runner
+
+pytestmark = pytest.mark.slow
+
+IMAGE = "registry.example.com/tfx-scaleout@sha256:" + "1" * 64
+GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DRIVER = "CsvExampleGen-driver"
+COMPONENTS = {
+    "CsvExampleGen",
+    "ImportSchemaGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "Transform",
+    "Trainer",
+    "BaselineModel",
+    "Evaluator",
+    "Pusher",
+}
+
+
+def _site_packages() -> str:
+    import palmerpenguins
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(palmerpenguins.__file__)))
+
+
+def compile_package(directory, *flags: str) -> str:
+    package = str(directory / "pipeline.yaml")
+    argv = [
+        "compile",
+        "--pipeline_root=gs://bucket/tfx",
+        f"--image={IMAGE}",
+        f"--gpu_image={GPU_IMAGE}",
+        f"--output={package}",
+        *flags,
+    ]
+    assert run_kubeflow.main(argv) == 0
+    return package
+
+
+def make_runner(directory, package: str, image_paths: dict[str, str]) -> ir_runner.IRRunner:
+    """gs://bucket is a folder here; the image's project and site-packages are this checkout's."""
+    return ir_runner.IRRunner(
+        package,
+        str(directory / "state"),
+        stores={"gs://bucket": str(directory / "gcs" / "bucket")},
+        image_paths={
+            f"{IMAGE_PROJECT_DIR}/schemas": os.path.join(PROJECT_ROOT, "schemas"),
+            IMAGE_SITE_PACKAGES: _site_packages(),
+            **image_paths,
+        },
+        # What the image's ENV sets (kubeflow/Dockerfile).
+        env=dict(
+            os.environ,
+            TF_USE_LEGACY_KERAS="1",
+            TF_CPP_MIN_LOG_LEVEL="2",
+            PYTHONPATH=PROJECT_ROOT,
+        ),
+    )
+
+
+def served_versions(directory) -> list[str]:
+    return sorted(os.listdir(directory / "gcs" / "bucket" / "tfx" / "serving_model"))
+
+
+@pytest.fixture(scope="module")
+def penguin_runs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("ir-penguins")
+    data = directory / "gcs" / "bucket" / "penguins"
+    data.mkdir(parents=True)
+    shutil.copy(os.path.join(datasets.penguins_data_root(), "penguins.csv"), data)
+    package = compile_package(directory, "--data_root=gs://bucket/penguins", "--label=species")
+    cold = make_runner(directory, package, {}).run()
+    versions_after_cold = served_versions(directory)
+    # Every run is a fresh runner on the same store, as every KFP run is a fresh workflow.
+    unchanged = make_runner(directory, package, {}).run()
+    versions_after_unchanged = served_versions(directory)
+    with open(data / "penguins.csv") as source:
+        lines = source.read().splitlines()
+    (data / "more-penguins.csv").write_text("\n".join([lines[0], *lines[1:80]]) + "\n")
+    added = make_runner(directory, package, {}).run()
+    return {
+        "directory": directory,
+        "runner": make_runner(directory, package, {}),
+        "cold": cold,
+        "unchanged": unchanged,
+        "added": added,
+        "versions_after_cold": versions_after_cold,
+        "versions_after_unchanged": versions_after_unchanged,
+    }
+
+
+def test_cold_run_executes_every_task_and_pushes_a_model(penguin_runs):
+    cold = penguin_runs["cold"]
+    assert set(cold.tasks) == {*COMPONENTS, DRIVER}
+    assert set(cold.states().values()) == {"EXECUTED"}
+    assert len(penguin_runs["versions_after_cold"]) == 1
+    pushed = cold.tasks["Pusher"].outputs["pushed_model"]["metadata"]
+    assert pushed["pushed"] == 1
+    assert cold.tasks["BaselineModel"].outputs["baseline_model"]["metadata"]["baseline_found"] == 0
+    blessing = cold.tasks["Evaluator"].outputs["blessing"]["metadata"]
+    assert blessing["blessed"] == 1 and "baseline_model" not in blessing
+
+
+def test_unchanged_rerun_is_a_cache_hit_for_every_component(penguin_runs):
+    unchanged = penguin_runs["unchanged"]
+    assert unchanged.states() == {DRIVER: "EXECUTED", **{name: "CACHED" for name in COMPONENTS}}
+    cold = penguin_runs["cold"]
+    assert unchanged.tasks["Trainer"].outputs == cold.tasks["Trainer"].outputs
+    # Nothing pushed twice.
+    assert penguin_runs["versions_after_unchanged"] == penguin_runs["versions_after_cold"]
+    assert unchanged.tasks["Pusher"].outputs == cold.tasks["Pusher"].outputs
+
+
+def test_added_file_reruns_example_gen_and_downstream_against_the_first_model(penguin_runs):
+    added, cold = penguin_runs["added"], penguin_runs["cold"]
+    assert added.states() == {
+        **{name: "EXECUTED" for name in COMPONENTS - {"ImportSchemaGen"}},
+        DRIVER: "EXECUTED",
+        "ImportSchemaGen": "CACHED",
+    }
+    assert (
+        added.tasks[DRIVER].output_parameters["input_fingerprint"]
+        != cold.tasks[DRIVER].output_parameters["input_fingerprint"]
+    )
+    examples = added.tasks["CsvExampleGen"].outputs["examples"]["metadata"]
+    assert sum(json.loads(examples["split_example_counts"]).values()) == 344 + 79
+    [first_version] = penguin_runs["versions_after_cold"]
+    baseline = added.tasks["BaselineModel"].outputs["baseline_model"]
+    assert baseline["metadata"]["baseline_found"] == 1
+    assert baseline["metadata"]["pushed_version"] == first_version
+    blessing = added.tasks["Evaluator"].outputs["blessing"]["metadata"]
+    assert blessing["baseline_model"] == baseline["uri"]
+    evaluation = added.tasks["Evaluator"].outputs["evaluation"]["uri"]
+    result = tfma.load_eval_result(penguin_runs["runner"].local(evaluation))
+    [(_, metrics)] = result.slicing_metrics
+    assert "sparse_categorical_accuracy_diff" in metrics[""][""]  # compared with the first model
+
+
+def test_digits_end_to_end_through_the_ir(tmp_path):
+    digits = image_data.write_digits(str(tmp_path / "digits"))
+    package = compile_package(tmp_path, "--dataset=digits", "--example_shards=2", "--epochs=2")
+    with open(package) as handle:
+        spec = next(yaml.safe_load_all(handle))
+    data_root = spec["root"]["inputDefinitions"]["parameters"]["data_root"]["defaultValue"]
+    assert data_root == IMAGE_DIGITS_DIR
+    result = make_runner(tmp_path, package, {IMAGE_DIGITS_DIR: digits}).run()
+    assert set(result.states().values()) == {"EXECUTED"}
+    assert "ImageExampleGen-driver" in result.tasks
+    examples = result.tasks["ImageExampleGen"].outputs["examples"]["metadata"]
+    # 1,797 images and the folder's completion marker (directly under the root: ignored).
+    assert examples["num_files_found"] == 1797 + 1
+    assert examples["num_files_ignored"] == 1
+    assert result.tasks["Evaluator"].outputs["evaluation"]["uri"].startswith("gs://bucket/tfx/")
