@@ -39,6 +39,8 @@ def add_training_flags(parser: argparse.ArgumentParser) -> None:
             options["action"] = "store_true"
         else:
             options["type"] = next(t for t in typing.get_args(kind) or (kind,) if t is not None)
+            if "choices" not in options:
+                options["metavar"] = _flag_name(field)[2:].upper()
         group.add_argument(
             _flag_name(field),
             dest=f"training_{name}",

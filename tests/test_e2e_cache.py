@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pipeline import mlmd_read
+from pipeline import mlmd_read, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -70,7 +70,11 @@ class Project:
             timeout=900,
             check=False,
         )
-        assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
+        # A retrained model may not be blessed against the previous one (exit EXIT_NOT_PUSHED):
+        # what is cached is the point here, not the blessing.
+        assert result.returncode in (0, run_local.EXIT_NOT_PUSHED), (
+            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
+        )
         return result
 
     def executed_in_last_run(self) -> set[str]:
