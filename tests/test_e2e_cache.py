@@ -13,21 +13,12 @@ import sys
 import pytest
 
 from pipeline import mlmd_read, run_local
+from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPONENTS = {
-    "CsvExampleGen",
-    "ImportSchemaGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "Transform",
-    "Trainer",
-    "BaselineModel",
-    "Evaluator",
-    "Pusher",
-}
+COMPONENTS = set(CSV_COMPONENTS)
 # A new model is a new candidate: its baseline is looked up again.
 AFTER_MODEL = {"Trainer", "BaselineModel", "Evaluator", "Pusher"}
 

@@ -15,21 +15,12 @@ import pytest
 
 from components.tfx_components.image_example_gen import reader
 from pipeline import image_data, mlmd_read
+from tests.pipeline_components import IMAGE_COMPONENTS
 from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
-COMPONENTS = [
-    "ImageExampleGen",
-    "ImportSchemaGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "Transform",
-    "Trainer",
-    "BaselineModel",
-    "Evaluator",
-    "Pusher",
-]
+COMPONENTS = list(IMAGE_COMPONENTS)
 
 
 @pytest.fixture(scope="module")

@@ -13,21 +13,12 @@ import tensorflow as tf
 
 from components.ml import features
 from pipeline import inspect_mlmd, mlmd_read
+from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPONENTS = [
-    "CsvExampleGen",
-    "ImportSchemaGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "Transform",
-    "Trainer",
-    "BaselineModel",
-    "Evaluator",
-    "Pusher",
-]
+COMPONENTS = list(CSV_COMPONENTS)
 
 
 def run_local(*args: str) -> subprocess.CompletedProcess:

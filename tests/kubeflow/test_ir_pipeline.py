@@ -22,6 +22,7 @@ from kubeflow import run_kubeflow
 from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES
 from pipeline import datasets, image_data
 from tests.kubeflow import ir_runner
+from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = pytest.mark.slow
 
@@ -29,17 +30,7 @@ IMAGE = "registry.example.com/tfx-scaleout@sha256:" + "1" * 64
 GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DRIVER = "CsvExampleGen-driver"
-COMPONENTS = {
-    "CsvExampleGen",
-    "ImportSchemaGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "Transform",
-    "Trainer",
-    "BaselineModel",
-    "Evaluator",
-    "Pusher",
-}
+COMPONENTS = set(CSV_COMPONENTS)
 
 
 def _site_packages() -> str:
