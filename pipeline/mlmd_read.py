@@ -494,17 +494,24 @@ class Store:
         )
 
 
-def latest_property(db: Store, key: str) -> dict[str, Any]:
+def latest_property(db: Store, key: str, pipeline: str) -> dict[str, Any]:
     """{node: `key`'s value in the newest finished (complete or cached) execution of that node
-    that records it}, over every run in the store."""
+    of `pipeline` that records it}, over every run in a local (TFX) store: read per node
+    context, so the cost grows with the pipeline's nodes' executions, not the whole store's."""
     finished = {metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED}
+    prefix = f"{pipeline}."
     latest: dict[str, Any] = {}
-    for execution in sorted(db.store.get_executions(), key=lambda e: e.id):
-        if execution.last_known_state not in finished:
+    for context_id, name in db.nodes.items():
+        if not name.startswith(prefix):
             continue
-        value = db.execution_properties(execution).get(key)
-        if value is not None:
-            latest[db.node_of(execution)] = value
+        executions = db.store.get_executions_by_context(context_id)
+        for execution in sorted(executions, key=lambda e: e.id, reverse=True):
+            if execution.last_known_state not in finished:
+                continue
+            value = db.execution_properties(execution).get(key)
+            if value is not None:
+                latest[name[len(prefix) :]] = value
+                break
     return latest
 
 

@@ -119,11 +119,12 @@ def _metric_value(value) -> float:
 
 
 def previous_fingerprints(config) -> dict[str, str]:
-    """{component: the cache fingerprint of its newest finished execution} in the pipeline's
-    store (pipeline.fingerprints); empty before the first run."""
+    """{component: the cache fingerprint of its newest finished execution of this pipeline}
+    (pipeline.fingerprints); empty before the first run. A store may hold other pipelines
+    (MySQL): only this one's nodes are read."""
     from pipeline import fingerprints
 
     if config.mysql is None and not os.path.exists(config.metadata_path):
         return {}
     db = mlmd_read.Store(mlmd_read.open_store(config.metadata_connection_config()))
-    return mlmd_read.latest_property(db, fingerprints.FINGERPRINT_KEY)
+    return mlmd_read.latest_property(db, fingerprints.FINGERPRINT_KEY, config.pipeline_name)

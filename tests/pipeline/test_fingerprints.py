@@ -10,6 +10,7 @@ import pytest
 
 from pipeline import builder, datasets, fingerprints
 from pipeline import config as config_lib
+from tests.pipeline_components import CSV_COMPONENTS
 
 
 def _write(root, path: str, text: str) -> None:
@@ -94,17 +95,7 @@ def _penguin_fingerprints(tmp_path, **dataset_changes) -> dict[str, dict]:
 
 def test_every_component_of_the_pipeline_carries_its_fingerprint(tmp_path):
     by_node = _penguin_fingerprints(tmp_path)
-    assert set(by_node) == {
-        "CsvExampleGen",
-        "StatisticsGen",
-        "ImportSchemaGen",
-        "ExampleValidator",
-        "Transform",
-        "Trainer",
-        "BaselineModel",
-        "Evaluator",
-        "Pusher",
-    }
+    assert set(by_node) == set(CSV_COMPONENTS)
     baseline = by_node["BaselineModel"]["code"]
     assert "components/tfx_components/baseline_model/executor.py" in baseline
     assert "components/tfx_components/evaluator/executor.py" in by_node["Evaluator"]["code"]
@@ -142,3 +133,42 @@ def test_the_evaluator_of_a_regression_carries_its_metric_module(tmp_path):
     )
     assert "components/ml/metrics.py" in regression["Evaluator"]["code"]
     assert "components/ml/metrics.py" not in penguins["Evaluator"]["code"]
+
+
+def test_previous_fingerprints_are_this_pipelines_newest_finished_ones(tmp_path):
+    """A shared store (MySQL) holds other pipelines' nodes of the same name: never read."""
+    from ml_metadata import metadata_store
+    from ml_metadata.proto import metadata_store_pb2 as mlmd
+
+    from pipeline import mlmd_read
+
+    connection = mlmd.ConnectionConfig()
+    connection.sqlite.filename_uri = str(tmp_path / "metadata.sqlite")
+    connection.sqlite.connection_mode = mlmd.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
+    store = metadata_store.MetadataStore(connection)
+    node_type = store.put_context_type(mlmd.ContextType(name="node"))
+    trainer_type = store.put_execution_type(mlmd.ExecutionType(name="Trainer"))
+    contexts = dict(
+        zip(
+            ("mine", "other"),
+            store.put_contexts(
+                [mlmd.Context(type_id=node_type, name=f"{p}.Trainer") for p in ("mine", "other")]
+            ),
+            strict=True,
+        )
+    )
+    for pipeline, value, state in [
+        ("mine", "old", mlmd.Execution.COMPLETE),
+        ("mine", "new", mlmd.Execution.CACHED),
+        ("mine", "failed", mlmd.Execution.FAILED),
+        ("other", "theirs", mlmd.Execution.COMPLETE),
+    ]:
+        execution = mlmd.Execution(type_id=trainer_type, last_known_state=state)
+        execution.custom_properties[fingerprints.FINGERPRINT_KEY].string_value = value
+        [execution_id] = store.put_executions([execution])
+        association = mlmd.Association(context_id=contexts[pipeline], execution_id=execution_id)
+        store.put_attributions_and_associations([], [association])
+    db = mlmd_read.Store(store, schema=mlmd_read.TFX_SCHEMA)
+    key = fingerprints.FINGERPRINT_KEY
+    assert mlmd_read.latest_property(db, key, "mine") == {"Trainer": "new"}
+    assert mlmd_read.latest_property(db, key, "other") == {"Trainer": "theirs"}
