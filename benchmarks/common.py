@@ -123,6 +123,12 @@ class ProcessResult:
     cpu_seconds: float = 0.0
     # When the process was started (time.time()), for times the process reports itself.
     started_at: float = 0.0
+    # (time.time(), tree RSS bytes) of every sample: peaks per phase (e.g. per component).
+    timeline: list[tuple[float, int]] = dataclasses.field(default_factory=list)
+
+    def peak_between(self, start: float, end: float) -> int:
+        """Peak sampled RSS between two time.time() instants (0 if no sample fell there)."""
+        return max((rss for at, rss in self.timeline if start <= at <= end), default=0)
 
 
 def cpu_seconds(*who: int) -> float:
@@ -132,7 +138,12 @@ def cpu_seconds(*who: int) -> float:
 
 
 def run_measured(
-    command: list[str], *, env: dict | None = None, log_path: str | None = None, interval=0.2
+    command: list[str],
+    *,
+    env: dict | None = None,
+    log_path: str | None = None,
+    interval=0.2,
+    ok_codes: tuple[int, ...] = (0,),
 ) -> ProcessResult:
     """Runs a command in a fresh process; wall time and peak RSS summed over its process tree
     (Beam's multi-processing workers included), sampled every `interval` seconds.
@@ -151,12 +162,15 @@ def run_measured(
         command, env=env, stdout=subprocess.PIPE, stderr=log, text=True, cwd=PROJECT_ROOT
     )
     peak = 0
+    timeline: list[tuple[float, int]] = []
     done = threading.Event()
 
     def sample():
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _tree_rss_bytes(process.pid))
+            rss = _tree_rss_bytes(process.pid)
+            timeline.append((time.time(), rss))
+            peak = max(peak, rss)
             done.wait(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -168,12 +182,12 @@ def run_measured(
     sampler.join()
     if log_path:
         log.close()
-    if process.returncode != 0:
+    if process.returncode not in ok_codes:
         raise RuntimeError(
             f"{' '.join(command)} failed with exit code {process.returncode}"
             + (f"; log: {log_path}" if log_path else "")
         )
-    return ProcessResult(seconds, peak, stdout, used, started_at)
+    return ProcessResult(seconds, peak, stdout, used, started_at, timeline)
 
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

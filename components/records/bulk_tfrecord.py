@@ -3,12 +3,22 @@
 Beam's WriteToTFRecord and ReadFromTFRecord move every record through the runner as its own
 element and frame, checksum and (de)compress it in Python: on the DirectRunner that per-record
 work costs more than the CSV parsing, encoding and TensorFlow work around it. Here a Beam element
-is a batch. WriteBatchesToTFRecord groups lists of serialized records by output shard and writes
-each shard with TensorFlow's C++ TFRecordWriter; StreamBatchesToTFRecord writes them without
-grouping, one file per bundle, through Beam's FileBasedSink with a hardware CRC32C. The reader
-turns each input file into Arrow RecordBatches with TensorFlow's C++ record reader and tfx_bsl's
-C++ decoder. Output files are named as Beam names them (<prefix>-00001-of-00004<suffix>), so
-readers that glob them are unaffected.
+is a batch.
+
+Writers:
+- StreamBatchesToShards (ExampleGen, Transform): deals the records of each batch round-robin into
+  `num_shards` streams and writes each stream through Beam's FileBasedSink (one file per bundle,
+  renamed when the write is finalized, so a retried bundle leaves nothing behind), with a
+  hardware CRC32C. Nothing is grouped: memory stays flat however many records there are. On a
+  runner that runs the whole write as one bundle (the DirectRunner in-process) shard i is one
+  file, <prefix>-0000i-of-0000N<suffix>; where the runner splits the write into B bundles (worker
+  processes, a cluster) shard i is B parts, <prefix>-0000i-of-0000N.part-0000b-of-0000B<suffix>.
+- StreamBatchesToTFRecord (image Transform): one stream, files as the runner's bundles fall.
+- WriteBatchesToTFRecord: exactly N files, grouped by shard (a GroupByKey holds every record of
+  the split in the runner's memory: for small data and tests only).
+
+The reader turns each input file into Arrow RecordBatches with TensorFlow's C++ record reader and
+tfx_bsl's C++ decoder. Readers glob the split folder, so the names above are all read alike.
 """
 
 from __future__ import annotations
@@ -145,6 +155,9 @@ def frame_record(record: bytes) -> bytes:
     return record_header(record) + record + record_footer(record)
 
 
+_JOIN_LIMIT_BYTES = 1 << 20
+
+
 class _TFRecordBatchSink(filebasedsink.FileBasedSink):
     """Beam FileBasedSink of TFRecord files whose elements are lists of serialized records.
 
@@ -154,7 +167,9 @@ class _TFRecordBatchSink(filebasedsink.FileBasedSink):
     element. Beam's sink machinery is unchanged: one temporary file per bundle, renamed to
     <prefix>-SSSSS-of-NNNNN<suffix> when the write is finalized."""
 
-    def __init__(self, prefix: str, suffix: str, num_shards: int, compression_type):
+    def __init__(
+        self, prefix: str, suffix: str, num_shards: int, compression_type, parts: bool = False
+    ):
         super().__init__(
             file_path_prefix=prefix,
             coder=None,
@@ -163,14 +178,44 @@ class _TFRecordBatchSink(filebasedsink.FileBasedSink):
             mime_type="application/octet-stream",
             compression_type=compression_type,
         )
+        # parts: the prefix names one shard; its bundles' files are parts of it, and a shard
+        # written as one bundle keeps the plain name <prefix><suffix>.
+        self._parts = parts
+
+    def _get_final_name(self, shard_num, num_shards):
+        if not self._parts:
+            return super()._get_final_name(shard_num, num_shards)
+        part = "" if num_shards == 1 else f".part-{shard_num:05d}-of-{num_shards:05d}"
+        return self.file_path_prefix.get() + part + self.file_name_suffix.get()
+
+    def _get_final_name_glob(self, num_shards):
+        if not self._parts:
+            return super()._get_final_name_glob(num_shards)
+        part = "" if num_shards == 1 else f".part-*-of-{num_shards:05d}"
+        return self.file_path_prefix.get() + part + self.file_name_suffix.get()
 
     def write_record(self, file_handle, value: Sequence[bytes]):
-        # Each piece written as it is (the file object buffers the small ones): copying large
-        # records into one framed string first doubled the cost of writing them.
+        # Small records are framed into one string per ~1 MB (one call into the compressor
+        # instead of three per record); large ones are written piece by piece, since copying
+        # them into one framed string first doubled the cost of writing them.
+        pieces: list[bytes] = []
+        size = 0
         for record in value:
-            file_handle.write(record_header(record))
-            file_handle.write(record)
-            file_handle.write(record_footer(record))
+            if len(record) >= _JOIN_LIMIT_BYTES:
+                if pieces:
+                    file_handle.write(b"".join(pieces))
+                    pieces, size = [], 0
+                file_handle.write(record_header(record))
+                file_handle.write(record)
+                file_handle.write(record_footer(record))
+                continue
+            pieces += (record_header(record), record, record_footer(record))
+            size += len(record) + 16
+            if size >= _JOIN_LIMIT_BYTES:
+                file_handle.write(b"".join(pieces))
+                pieces, size = [], 0
+        if pieces:
+            file_handle.write(b"".join(pieces))
 
 
 @beam.ptransform_fn
@@ -183,6 +228,43 @@ def StreamBatchesToTFRecord(  # noqa: N802 (Beam PTransform naming)
     """PCollection of lists of serialized records -> TFRecord files, one per bundle (the runner
     decides how many), without grouping: memory stays flat however large the records are."""
     return batches | "Write" >> beam.io.Write(_TFRecordBatchSink(prefix, suffix, 0, compression))
+
+
+class _DealIntoShards(_SplitIntoShards):
+    """A list of records -> for each shard a list of its records, as output tag str(shard)."""
+
+    def process(self, records: Sequence[bytes]):
+        for shard, chunk in super().process(records):
+            yield beam.pvalue.TaggedOutput(str(shard), chunk)
+
+
+@beam.ptransform_fn
+def StreamBatchesToShards(  # noqa: N802 (Beam PTransform naming)
+    batches,
+    prefix: str,
+    num_shards: int,
+    suffix: str = ".gz",
+    compression=beam.io.filesystem.CompressionTypes.GZIP,
+):
+    """PCollection of lists of serialized records -> `num_shards` shards of TFRecord files,
+    streamed without grouping (module docstring: one file per shard and bundle). Every shard
+    has at least one file, empty when no record was dealt to it."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    tags = [str(shard) for shard in range(num_shards)]
+    streams = batches | "DealIntoShards" >> beam.ParDo(_DealIntoShards(num_shards)).with_outputs(
+        *tags
+    )
+    return [
+        streams[tag]
+        | f"WriteShard{shard}"
+        >> beam.io.Write(
+            _TFRecordBatchSink(
+                f"{prefix}-{shard:05d}-of-{num_shards:05d}", suffix, 0, compression, parts=True
+            )
+        )
+        for shard, tag in enumerate(tags)
+    ]
 
 
 class _ReadFileAsRecordBatches(beam.DoFn):

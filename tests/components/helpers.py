@@ -91,3 +91,9 @@ def read_split(examples, split):
     files = sorted(glob.glob(os.path.join(examples.uri, f"Split-{split}", "*.gz")))
     records = tf.data.TFRecordDataset(files, compression_type="GZIP")
     return files, [tf.train.Example.FromString(r.numpy()) for r in records]
+
+
+def shards_of(files) -> list[str]:
+    """The shards that files are (or are parts of): data_tfrecord-00001-of-00003[.part-...].gz
+    -> data_tfrecord-00001-of-00003 (bulk_tfrecord.StreamBatchesToShards)."""
+    return sorted({os.path.basename(f).split(".")[0] for f in files})

@@ -94,23 +94,26 @@ def read_csv_as_strings(
     *,
     delimiter: str = ",",
     excluded_columns: Sequence[str] = (),
+    line_offset: int = 0,
 ) -> ParsedFile:
     """Parses CSV bytes with every column as string; ragged rows are rejected, not fatal.
-    excluded_columns are dropped after parsing (and are not part of expected_columns)."""
+    excluded_columns are dropped after parsing (and are not part of expected_columns).
+    line_offset: data is the header row followed by a range of the file's rows (FileRange);
+    every reported line number of a row is moved by it to the row's line in the file."""
     if not data.strip():
         raise CsvFormatError(f"{path}: the file is empty (a header row is required)")
     if not data.endswith((b"\n", b"\r")):
         # pyarrow 10's reader can spin forever on a last line with no line break (seen on a
         # header-only file); a final newline changes no row.
         data += b"\n"
-    _check_utf8(path, data)
+    _check_utf8(path, data, line_offset=line_offset)
     ragged: list[RejectedRow] = []
 
     def on_invalid_row(row) -> str:
         ragged.append(
             RejectedRow(
                 path,
-                int(row.number) if row.number is not None else -1,
+                int(row.number) + line_offset if row.number is not None else -1,
                 f"expected {row.expected_columns} fields, found {row.actual_columns}",
             )
         )
@@ -154,10 +157,12 @@ def read_csv_as_strings(
             table = read(len(data) + 1)
     except (pa.ArrowInvalid, UnicodeDecodeError) as error:
         raise CsvFormatError(f"{path}: not a readable CSV file: {error}") from error
-    return ParsedFile(path, table, _kept_row_lines(table.num_rows, ragged), ragged)
+    return ParsedFile(
+        path, table, _kept_row_lines(table.num_rows, ragged, first=2 + line_offset), ragged
+    )
 
 
-def _check_utf8(path: str, data: bytes, chunk_bytes: int = 16 << 20) -> None:
+def _check_utf8(path: str, data: bytes, chunk_bytes: int = 16 << 20, line_offset: int = 0) -> None:
     """Every column is read as text: a byte that is not UTF-8 stops the file, naming its line
     (pyarrow would fail too, but without the line, or inside the ragged-row handler)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -168,6 +173,7 @@ def _check_utf8(path: str, data: bytes, chunk_bytes: int = 16 << 20) -> None:
         except UnicodeDecodeError as error:
             offset = start + error.start - len(decoder.getstate()[0])
             line = data.count(b"\n", 0, max(offset, 0)) + 1
+            line += line_offset if line > 1 else 0
             raise CsvFormatError(
                 f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {offset})"
             ) from error
@@ -200,14 +206,110 @@ def _describe_column_mismatch(found: list[str], expected: list[str]) -> str:
     return "; ".join(details) or f"columns in order {found}, expected {expected}"
 
 
-def _kept_row_lines(num_kept: int, ragged: Sequence[RejectedRow]) -> np.ndarray:
-    """Physical line of each kept row (header is line 1; assumes no newlines inside quotes)."""
+def _kept_row_lines(num_kept: int, ragged: Sequence[RejectedRow], first: int = 2) -> np.ndarray:
+    """Physical line of each kept row, the first row at line `first` (2 after the header;
+    assumes no newlines inside quotes)."""
     skipped = sorted(r.line for r in ragged if r.line > 0)
-    lines = np.arange(num_kept, dtype=np.int64) + 2
+    lines = np.arange(num_kept, dtype=np.int64) + first
     # Each skipped line pushes every later kept row down by one.
     for line in skipped:
         lines[lines >= line] += 1
     return lines
+
+
+# Files larger than this are read as ranges of about this many bytes (FileRange): what one task
+# holds in memory (the bytes, their Arrow table and encoded examples: about 10x) stays bounded
+# however large a file is, and one large file is spread over workers.
+RANGE_BYTES = 16 << 20
+_SCAN_BYTES = 8 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRange:
+    """Rows of one CSV file: bytes [start, end) of it (end -1: to the end of the file), whose
+    first row is line first_line (lines count rows, the header being line 1, as pyarrow numbers
+    them: the physical line unless an earlier field holds a line break); header_bytes: the
+    length of the header row, read again for every range. The whole file: start 0, end -1,
+    first_line 1, header_bytes 0."""
+
+    path: str
+    start: int = 0
+    end: int = -1
+    first_line: int = 1
+    header_bytes: int = 0
+
+    @property
+    def whole_file(self) -> bool:
+        return self.header_bytes == 0
+
+    @property
+    def line_offset(self) -> int:
+        """What read_csv_as_strings adds to a line of header + range to make it a file line."""
+        return 0 if self.whole_file else self.first_line - 2
+
+    def describe(self) -> str:
+        if self.whole_file:
+            return self.path
+        end = "end" if self.end < 0 else str(self.end)
+        return f"{self.path} bytes {self.start}-{end} (from line {self.first_line})"
+
+
+def plan_ranges(path: str, size: int, handle, range_bytes: int = RANGE_BYTES) -> list[FileRange]:
+    """The file as ranges of about range_bytes, cut after a line break that is outside quotes
+    (an even number of '"' before it; CSV escapes a quote by doubling it), reading it once in
+    chunks. handle: the file opened for binary reading. A file no larger than range_bytes, or
+    with no usable line break, is one whole-file range."""
+    whole = [FileRange(path)]
+    if size <= range_bytes:
+        return whole
+    header_bytes = 0
+    cuts: list[tuple[int, int]] = []  # (byte after the cut's line break, lines before it)
+    offset = quotes = lines = 0
+    target = range_bytes
+    while True:
+        chunk = handle.read(_SCAN_BYTES)
+        if not chunk:
+            break
+        data = np.frombuffer(chunk, dtype=np.uint8)
+        breaks = np.flatnonzero(data == 10)
+        quote_at = np.flatnonzero(data == 34)
+        # Quotes before each line break: outside quotes where even.
+        outside = np.flatnonzero((quotes + np.searchsorted(quote_at, breaks)) % 2 == 0)
+        positions = offset + breaks[outside]
+        if not header_bytes and len(positions):
+            header_bytes = int(positions[0]) + 1
+            cuts.append((header_bytes, 1))
+        found = int(np.searchsorted(positions, max(target, header_bytes)))
+        while found < len(positions):
+            position = int(positions[found])
+            # Rows before the byte after this break (the header counted): line numbers count
+            # rows as pyarrow's do, a quoted line break being part of its row.
+            cuts.append((position + 1, lines + found + 1))
+            target = position + 1 + range_bytes
+            found = int(np.searchsorted(positions, target))
+        quotes += len(quote_at)
+        lines += len(outside)
+        offset += len(chunk)
+    if not header_bytes or len(cuts) < 2:
+        return whole
+    # The last range runs to the end of the file (a cut at its very end leaves nothing after).
+    if cuts[-1][0] >= size:
+        cuts.pop()
+    ranges = []
+    for (start, before), following in zip(cuts, [*cuts[1:], None], strict=True):
+        end = following[0] if following else -1
+        ranges.append(FileRange(path, start, end, before + 1, header_bytes))
+    return ranges if len(ranges) > 1 else whole
+
+
+def read_range_bytes(file_range: FileRange, handle) -> bytes:
+    """Header row + the range's rows (or the whole file), from the file opened for reading."""
+    if file_range.whole_file:
+        return handle.read()
+    header = handle.read(file_range.header_bytes)
+    handle.seek(file_range.start)
+    size = -1 if file_range.end < 0 else file_range.end - file_range.start
+    return header + handle.read(size)
 
 
 def infer_column_type(values: pa.ChunkedArray) -> str:

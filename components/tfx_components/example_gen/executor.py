@@ -1,5 +1,7 @@
 """Sharded CSV ExampleGen executor: Beam reads CSV files in bulk, splits by hash bucket and writes
-a fixed number of gzip TFRecord shards per split, accounting for every input row.
+a fixed number of gzip TFRecord shards per split (streamed, never grouped: see
+components.records.bulk_tfrecord for what a shard count means on each runner), accounting for
+every input row.
 
 It runs inside TFX's stock FileBasedExampleGen component (same spec, driver, artifacts and input
 fingerprinting), so caching and downstream components work unchanged. The stock CSV executor takes
@@ -50,9 +52,9 @@ class TooManyRejectedRowsError(ValueError):
     pass
 
 
-def _read_file(path: str) -> bytes:
-    with fileio.open(path, "rb") as handle:
-        return handle.read()
+def _read_range(file_range: csv_reader.FileRange) -> bytes:
+    with fileio.open(file_range.path, "rb") as handle:
+        return csv_reader.read_range_bytes(file_range, handle)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,23 +66,42 @@ class CsvFormat:
     excluded_columns: tuple[str, ...] = ()
     label_key: str = ""
 
-    def read(self, path: str, expected_columns) -> csv_reader.ParsedFile:
+    def read(self, file_range: csv_reader.FileRange, expected_columns) -> csv_reader.ParsedFile:
         return csv_reader.read_csv_as_strings(
-            path,
-            _read_file(path),
+            file_range.path,
+            _read_range(file_range),
             self.null_values,
             expected_columns,
             delimiter=self.delimiter,
             excluded_columns=self.excluded_columns,
+            line_offset=file_range.line_offset,
         )
+
+
+class _PlanRanges(beam.DoFn):
+    """A CSV file -> the FileRanges it is read as (csv_reader.RANGE_BYTES each), so that one
+    task's memory is bounded however large the file, and a large file spreads over workers."""
+
+    def __init__(self, range_bytes: int | None = None):
+        self._range_bytes = range_bytes or csv_reader.RANGE_BYTES
+
+    def process(self, path: str):
+        stat = fileio.stat(path)
+        size = getattr(stat, "length", None)
+        size = stat.st_size if size is None else size
+        if size <= self._range_bytes:
+            yield csv_reader.FileRange(path)
+            return
+        with fileio.open(path, "rb") as handle:
+            yield from csv_reader.plan_ranges(path, size, handle, self._range_bytes)
 
 
 class _InferFileTypes(beam.DoFn):
     def __init__(self, csv_format: CsvFormat):
         self._format = csv_format
 
-    def process(self, path: str):
-        yield csv_reader.infer_column_types(self._format.read(path, None))
+    def process(self, file_range: csv_reader.FileRange):
+        yield csv_reader.infer_column_types(self._format.read(file_range, None))
 
 
 class _UnifyTypes(beam.CombineFn):
@@ -98,8 +119,8 @@ class _UnifyTypes(beam.CombineFn):
 
 
 class _CsvFileToExamples(beam.DoFn):
-    """One CSV file -> per split, one list of its serialized tf.Examples (tagged with the split
-    name), and rejected rows as JSON lines (tag 'rejected')."""
+    """One CSV file (or range of one) -> per split, one list of its serialized tf.Examples
+    (tagged with the split name), and rejected rows as JSON lines (tag 'rejected')."""
 
     REJECTED = "rejected"
 
@@ -120,8 +141,8 @@ class _CsvFileToExamples(beam.DoFn):
 
         self._encoder = example_coder.RecordBatchToExamplesEncoder()
 
-    def process(self, path: str, column_types: dict[str, str]):
-        parsed = self._format.read(path, list(column_types))
+    def process(self, file_range: csv_reader.FileRange, column_types: dict[str, str]):
+        parsed = self._format.read(file_range, list(column_types))
         label = [self._format.label_key] if self._format.label_key in column_types else []
         record_batch, bad_cells, keep = csv_reader.convert_table(parsed, column_types, label)
         rejected = parsed.rejected + bad_cells
@@ -154,7 +175,11 @@ def ReadCsvFilesToSplits(
     buckets: list[int],
 ):
     """Pipeline root -> ({split: lists of serialized examples}, rejected rows as JSON lines)."""
-    files = pipeline | "ListFiles" >> beam.Create(sorted(csv_files))
+    files = (
+        pipeline
+        | "ListFiles" >> beam.Create(sorted(csv_files))
+        | "SplitLargeFiles" >> beam.ParDo(_PlanRanges())
+    )
     if column_types:
         types_view = beam.pvalue.AsSingleton(
             pipeline | "GivenColumnTypes" >> beam.Create([dict(column_types)])
@@ -167,7 +192,7 @@ def ReadCsvFilesToSplits(
         )
     results = (
         files
-        # One element per file: spread files over workers before the heavy parse.
+        # One element per file or range: spread them over workers before the heavy parse.
         | "SpreadFiles" >> beam.Reshuffle()
         | "CsvToExamples"
         >> beam.ParDo(
@@ -232,7 +257,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         )
         for name, examples in splits.items():
             split_uri = artifact_utils.get_split_uri([examples_artifact], name)
-            _ = examples | f"Write[{name}]" >> bulk_tfrecord.WriteBatchesToTFRecord(
+            # Streamed, not grouped by shard: memory stays flat with the row count.
+            _ = examples | f"Write[{name}]" >> bulk_tfrecord.StreamBatchesToShards(
                 os.path.join(split_uri, OUTPUT_FILE_PREFIX), num_shards
             )
         _ = rejected | "WriteRejected" >> beam.io.WriteToText(

@@ -90,3 +90,69 @@ def test_schema_column_types(penguins_schema_path):
     assert types["species"] == "string"
     assert types["bill_length_mm"] == "float"
     assert types["body_mass_g"] == "int"
+
+
+def _read_as_ranges(path, data: bytes, range_bytes: int):
+    import io
+
+    ranges = csv_reader.plan_ranges(path, len(data), io.BytesIO(data), range_bytes)
+    parts = [
+        csv_reader.read_csv_as_strings(
+            path,
+            csv_reader.read_range_bytes(r, io.BytesIO(data)),
+            NULLS,
+            None,
+            line_offset=r.line_offset,
+        )
+        for r in ranges
+    ]
+    return ranges, parts
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_ranges_of_a_file_read_every_row_once_at_its_line(newline):
+    rows = []
+    for i in range(400):
+        if i % 37 == 5:
+            rows.append(f'{i},"a quoted{newline}line break, and ""quotes""",x')
+        elif i % 41 == 9:
+            rows.append(f"{i},ragged")
+        else:
+            rows.append(f"{i},{i},v{i}")
+    text = newline.join(["id,a,b", *rows]) + newline
+    data = text.encode()
+    ranges, parts = _read_as_ranges("f.csv", data, 300)
+    assert len(ranges) > 5 and ranges[0].first_line == 2
+    ids = [i for part in parts for i in part.table.column("id").to_pylist()]
+    assert ids == [str(i) for i in range(400) if i % 41 != 9]
+    quoted = [v for part in parts for v in part.table.column("a").to_pylist() if "quoted" in v]
+    assert quoted == [f'a quoted{newline}line break, and "quotes"'] * len(quoted) and quoted
+    # Line numbers as reading the whole file gives them: rows, the header being line 1.
+    whole = csv_reader.read_csv_as_strings("f.csv", data, NULLS, None)
+    assert [(r.line, r.reason) for part in parts for r in part.rejected] == [
+        (r.line, r.reason) for r in whole.rejected
+    ]
+    assert [int(line) for part in parts for line in part.lines] == [int(x) for x in whole.lines]
+    # Row i is line i + 2 (the quoted line break of row 5 does not count as a line).
+    assert whole.rejected[0].line == 9 + 2
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"id,a\r1,2\r3,4\r" * 50, b"id,a\n" + b"1,2\n" * 100, b"id,a\n" + b"1,2\n" * 100 + b"5,6"],
+    ids=["bare-cr", "small", "no-final-newline"],
+)
+def test_files_without_usable_cuts_or_small_are_one_range(data):
+    import io
+
+    limit = len(data) + 1 if b"\r" not in data else 64
+    ranges = csv_reader.plan_ranges("f.csv", len(data), io.BytesIO(data), limit)
+    assert ranges == [csv_reader.FileRange("f.csv")]
+
+
+def test_a_last_row_without_a_line_break_is_read_from_the_last_range():
+    data = b"id,a\n" + b"".join(b"%d,2\n" % i for i in range(200)) + b"999,6"
+    ranges, parts = _read_as_ranges("f.csv", data, 100)
+    assert len(ranges) > 3
+    ids = [i for part in parts for i in part.table.column("id").to_pylist()]
+    assert ids == [str(i) for i in range(200)] + ["999"]

@@ -9,7 +9,13 @@ import shutil
 import pytest
 
 from components.tfx_components.example_gen import executor
-from tests.components.helpers import IN_MEMORY, MULTI_PROCESSING, read_split, run_executor
+from tests.components.helpers import (
+    IN_MEMORY,
+    MULTI_PROCESSING,
+    read_split,
+    run_executor,
+    shards_of,
+)
 
 GOOD_ROWS = "".join(f"{i},{i * 0.5},{'ab'[i % 2]}\n" for i in range(40))
 
@@ -22,7 +28,10 @@ def test_counts_shards_and_inferred_types(tmp_path, write_csv, beam_args):
 
     train_files, train = read_split(examples, "train")
     eval_files, evaluation = read_split(examples, "eval")
-    assert len(train_files) == 3 and len(eval_files) == 3
+    # Three shards per split: one file each in-process, one part per worker bundle otherwise.
+    for files in (train_files, eval_files):
+        assert shards_of(files) == [f"data_tfrecord-{i:05d}-of-00003" for i in range(3)]
+        assert len(files) == 3 if beam_args == IN_MEMORY else len(files) >= 3
     assert len(train) + len(evaluation) == 42
     counts = json.loads(examples.get_string_custom_property("split_example_counts"))
     assert counts == {"train": len(train), "eval": len(evaluation)}
@@ -106,3 +115,60 @@ def test_semicolons_and_excluded_columns(tmp_path, write_csv):
     _, train = read_split(examples, "train")
     assert train and all(set(e.features.feature) == {"id", "x", "c"} for e in train)
     assert train[0].features.feature["x"].float_list.value
+
+
+@pytest.mark.parametrize("beam_args", [IN_MEMORY, MULTI_PROCESSING], ids=["in_memory", "multi"])
+def test_a_large_file_is_read_as_ranges_with_the_same_rows_and_lines(
+    tmp_path, write_csv, beam_args, monkeypatch
+):
+    """A file larger than csv_reader.RANGE_BYTES is read as ranges (bounded memory per task):
+    every row once, quoted line breaks and commas kept whole, rejected rows at their file line."""
+    from components.tfx_components.example_gen import csv_reader
+
+    lines = ["id,x,c"]
+    bad_lines = {}
+    for i in range(3000):
+        if i % 250 == 7:
+            lines.append(f"{i},1.0")  # ragged
+            bad_lines[len(lines)] = "expected 3 fields, found 2"
+        elif i % 250 == 11:
+            lines.append(f"{i},oops,a")
+            bad_lines[len(lines)] = "column 'x': 'oops' is not a float"
+        elif i % 100 == 3:
+            lines.append(f'{i},{i * 0.5},"two, ""quoted"" parts"')
+        else:
+            lines.append(f"{i},{i * 0.5},{'ab'[i % 2]}")
+    path = write_csv("big.csv", "\n".join(lines) + "\n")
+    monkeypatch.setattr(csv_reader, "RANGE_BYTES", 2048)
+    with open(path, "rb") as handle:
+        assert len(csv_reader.plan_ranges(path, os.path.getsize(path), handle, 2048)) > 10
+    with pytest.raises(executor.TooManyRejectedRowsError) as error:
+        run_executor(
+            tmp_path,
+            write_csv.dir,
+            num_shards=2,
+            beam_args=beam_args,
+            column_types={"id": "int", "x": "float", "c": "string"},
+        )
+    message = str(error.value)
+    assert f"{len(bad_lines)} of 3000 CSV row(s) rejected" in message
+    rejected = executor.read_rejected_rows(message.split("all are listed in ")[1].split(":\n")[0])
+    assert {row.line: row.reason for row in rejected} == bad_lines
+    assert all(row.file == path for row in rejected)
+
+    examples = run_executor(
+        tmp_path / "allowed",
+        write_csv.dir,
+        num_shards=2,
+        beam_args=beam_args,
+        column_types={"id": "int", "x": "float", "c": "string"},
+        max_rejected=0.5,
+    )
+    _, train = read_split(examples, "train")
+    _, evaluation = read_split(examples, "eval")
+    by_id = {e.features.feature["id"].int64_list.value[0]: e for e in train + evaluation}
+    bad_ids = {int(lines[line - 1].split(",")[0]) for line in bad_lines}
+    assert sorted(by_id) == sorted(set(range(3000)) - bad_ids)
+    assert by_id[103].features.feature["c"].bytes_list.value == [b'two, "quoted" parts']
+    assert examples.get_int_custom_property("num_rows_read") == 3000
+    assert examples.get_int_custom_property("num_rows_rejected") == len(bad_lines)
