@@ -171,6 +171,35 @@ def input_pipeline_rate(transformed_examples: str, transform_graph: str, batch: 
     return input_rate, model_rate
 
 
+def repeated_ratio(rows: int, repeats: int, work_dir: str, workers=None) -> common.Row:
+    """Ours and the reference measured alternately `repeats` times at one size: the median ratio
+    of rows/s, with every ratio in the note (the machine is shared: the spread is the error)."""
+    import statistics
+
+    data_dir = synth_data(work_dir, rows)
+    size_workers = workers or auto_workers(data_dir)
+    ratios, ours_rates, reference_rates = [], [], []
+    for attempt in range(repeats):
+        print(f"  scale: {rows:,} rows: repeat {attempt + 1}/{repeats} ...", flush=True)
+        ours = measure_pipeline(data_dir, work_dir, size_workers, f"{rows}-r{attempt}")
+        reference = measure_baseline(data_dir, work_dir, f"{rows}-r{attempt}")
+        ours_rates.append(rows / ours["wall_s"])
+        reference_rates.append(rows / reference["wall_s"])
+        ratios.append(ours_rates[-1] / reference_rates[-1])
+        print(f"  scale: ratio {ratios[-1]:.2f} ({ours['seconds']})", flush=True)
+    middle = sorted(range(repeats), key=lambda i: ratios[i])[repeats // 2]
+    return common.Row(
+        f"ExampleGen+Transform rows/s, {rows:,} rows, median of {repeats}",
+        ours_rates[middle],
+        reference_rates[middle],
+        "rows/s",
+        TARGET_VS_BASELINE,
+        note=f"ratios {', '.join(f'{r:.2f}' for r in ratios)} (min {min(ratios):.2f}, max "
+        f"{max(ratios):.2f}, stdev {statistics.pstdev(ratios):.2f}); ours DirectRunner "
+        f"{mode_name(size_workers)}, each pair back to back",
+    )
+
+
 def run(quick: bool, work_dir: str | None = None, rows: int | None = None, workers=None):
     """Rows of the table. workers None: as `run_local.py --beam_mode auto` chooses per size; at
     the main size (full run) the other mode is measured too."""
@@ -278,7 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work_dir", default=None)
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=0,
+        help="only the ours-vs-reference ratio at --rows, measured this many times",
+    )
     args = parser.parse_args(argv)
+    if args.repeats:
+        work_dir = args.work_dir or tempfile.mkdtemp(prefix="scale-bench-")
+        row = repeated_ratio(args.rows or FULL_ROWS, args.repeats, work_dir, args.workers)
+        print(common.format_table([row]))
+        return 0
     rows = run(args.quick, args.work_dir, args.rows, args.workers)
     print(common.format_table(rows))
     return 0

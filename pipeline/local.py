@@ -8,8 +8,10 @@ import os
 from components import compat
 from pipeline import config as config_lib
 
-# Inputs smaller than this run Beam in-process; larger ones use one worker process per core.
+# Inputs smaller than this run Beam in-process; larger ones use one worker process per core on
+# machines with at least MIN_CORES_FOR_WORKERS cores.
 IN_MEMORY_LIMIT_BYTES = 64 * 1024 * 1024
+MIN_CORES_FOR_WORKERS = 4
 
 
 def choose_beam(
@@ -18,17 +20,24 @@ def choose_beam(
     input_bytes: int,
     extra_args: list[str],
     images: bool = False,
+    cores: int | None = None,
 ) -> config_lib.BeamConfig:
-    """auto: in-process for small CSV input and for images, else one worker process per core.
+    """auto: in-process for small CSV input, for images and on machines with fewer than
+    MIN_CORES_FOR_WORKERS cores; else one worker process per core.
 
-    Images stay in-process: the image ExampleGen reads and decodes on threads and Transform's
-    decode and resize run in TensorFlow's thread pool, so one process already keeps both cores
-    busy, and worker processes only add start-up and data transfer (20,000 JPEGs: ExampleGen
-    19 s in-process vs 41 s with two workers, Transform 70 s vs 84 s, measured 2026-11-30)."""
-    cores = os.cpu_count() or 1
+    ExampleGen and Transform stream their shards (components.records.bulk_tfrecord), so the
+    in-process runner's memory is flat with the data; each worker process adds TensorFlow and
+    its share of the data in flight. Measured on 2 cores (docs/scale.md, benchmarks.scale_memory):
+    1M rows whole pipeline in-process 1.25 GiB; 3M rows with two worker processes 3.04 GiB and
+    slower than in-process. Images stay in-process on any machine: the image ExampleGen reads
+    and decodes on threads and Transform's decode and resize run in TensorFlow's thread pool, so
+    one process already keeps the cores busy (20,000 JPEGs: ExampleGen 19 s in-process vs 41 s
+    with two workers, Transform 70 s vs 84 s, measured 2026-11-30)."""
+    cores = cores or os.cpu_count() or 1
     if mode == "auto":
         small = input_bytes < IN_MEMORY_LIMIT_BYTES
-        mode = "in_memory" if small or images or cores == 1 else "multi_processing"
+        few_cores = cores < MIN_CORES_FOR_WORKERS
+        mode = "in_memory" if small or images or few_cores else "multi_processing"
     return config_lib.BeamConfig(
         mode=mode,
         num_workers=workers or (cores if mode == "multi_processing" else 1),

@@ -24,6 +24,7 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -67,7 +68,11 @@ def describe_failure(error: BaseException) -> str:
     cause: BaseException | None = error
     while cause is not None:
         if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            where = cause.filename or "an output file"
+            where = cause.filename
+            if where is None:
+                # Beam re-raises a worker's OSError without the file; its text names the step.
+                step = re.search(r"\[while running '([^']+)'\]", str(error))
+                where = f"an output file (Beam step {step.group(1)})" if step else "an output file"
             return f"disk full (or file size limit reached) while writing {where}: {cause.strerror}"
         cause = cause.__cause__ or cause.__context__
     text = str(error)

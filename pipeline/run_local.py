@@ -57,7 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--beam_mode",
         choices=("auto", *config_lib.BEAM_MODES),
         default="auto",
-        help="auto: in_memory below 64 MB of CSV input and for images, else multi_processing",
+        help="auto: in_memory for images, below 64 MB of CSV input and on fewer than 4 cores, "
+        "else multi_processing",
     )
     parser.add_argument(
         "--beam_workers",
@@ -163,6 +164,8 @@ def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, ou
         counts = ", ".join(f"{name} {n}" for name, n in summary.example_counts.items())
         unit = "files" if config.dataset.is_images else "rows"
         out.write(f"  examples:      {counts}; {unit} rejected: {summary.rows_rejected}\n")
+        if summary.rows_rejected and summary.rejected_listing:
+            out.write(f"  rejected {unit}: listed in {summary.rejected_listing}\n")
     if summary.metrics:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()))
         out.write(f"  eval metrics:  {metrics}\n")

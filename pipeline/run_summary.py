@@ -23,6 +23,8 @@ class RunSummary:
     # The Evaluator's failed threshold checks: metric, value, is_diff (a change threshold:
     # against the baseline model), TFMA's message. Empty when blessed or unknown.
     blessing_failures: list[dict] = dataclasses.field(default_factory=list)
+    # Where the rejected rows (or files) are listed: JSON lines of file, line, reason.
+    rejected_listing: str | None = None
 
     @property
     def all_cached(self) -> bool:
@@ -40,6 +42,7 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     }
     metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
     failures: list[dict] = []
+    listing = None
     for evaluation in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
         metrics = overall_metrics(evaluation.uri)
         failures = blessing_failures(evaluation.uri)
@@ -51,9 +54,11 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     for examples in outputs.get("CsvExampleGen", {}).get("Examples", []):
         counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
         rejected = mlmd_read.custom_value(examples, "num_rows_rejected")
+        listing = mlmd_read.custom_value(examples, "rejected_rows_uri")
     for examples in outputs.get("ImageExampleGen", {}).get("Examples", []):
         counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
         rejected = mlmd_read.custom_value(examples, "num_files_rejected")
+        listing = mlmd_read.custom_value(examples, "rejected_files_uri")
     for schema in outputs.get("SchemaGen", {}).get("Schema", []):
         schema_uri = os.path.join(schema.uri, "schema.pbtxt")
     return RunSummary(
@@ -66,6 +71,7 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         inferred_schema_uri=schema_uri,
         metadata_path=location,
         blessing_failures=failures,
+        rejected_listing=listing,
     )
 
 

@@ -8,6 +8,7 @@ mean, pushed, and predicts in the label's units; a stricter bound blocks the pus
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -57,6 +58,12 @@ def test_regression_run_blesses_pushes_and_predicts_in_label_units(tmp_path):
     assert "likely identifiers (near-unique text): patient (442 distinct in 442)" in stdout
     assert "--keep_columns patient keeps them" in stdout
     assert "2 row(s) have no label" in stdout and "rows rejected: 2" in stdout
+    # Where they are listed, one JSON line each with file, line and reason.
+    listing = stdout.split("rejected rows: listed in ")[1].split()[0]
+    with open(listing) as handle:
+        listed = [json.loads(line) for line in handle]
+    assert len(listed) == 2
+    assert all(row["reason"].endswith("(the label) is empty") for row in listed)
     assert "blessed:       yes (skill over predicting the training mean" in stdout
     for metric in ("mean_absolute_error", "root_mean_squared_error", "mean_squared_error_skill"):
         assert metric in stdout

@@ -51,10 +51,10 @@ def test_out_of_range_value_names_the_field(capsys, tmp_path):
 def test_beam_mode_auto_choice():
     small = local.choose_beam("auto", None, 1_000, [])
     assert (small.mode, small.num_workers) == ("in_memory", 1)
-    big = local.choose_beam("auto", None, local.IN_MEMORY_LIMIT_BYTES, [])
-    assert big.mode == (
-        "multi_processing" if (__import__("os").cpu_count() or 1) > 1 else "in_memory"
-    )
+    big = local.choose_beam("auto", None, local.IN_MEMORY_LIMIT_BYTES, [], cores=8)
+    assert (big.mode, big.num_workers) == ("multi_processing", 8)
+    few_cores = local.choose_beam("auto", None, 100 * local.IN_MEMORY_LIMIT_BYTES, [], cores=2)
+    assert (few_cores.mode, few_cores.num_workers) == ("in_memory", 1)
     images = local.choose_beam("auto", None, 10 * local.IN_MEMORY_LIMIT_BYTES, [], True)
     assert (images.mode, images.num_workers) == ("in_memory", 1)
     forced = local.choose_beam("multi_processing", 3, 10, ["--x=1"])
