@@ -26,6 +26,14 @@ absolute paths inside the image to this checkout (`image_paths`); both are appli
 ExecutorInput only, never to the cache key. `python` in a command is this interpreter. The
 store of artifacts and executions (KFP's MLMD and cache table) is a JSON file under state_dir,
 so a second IRRunner on the same state_dir sees the first one's cache.
+
+With `container=ContainerRun(...)` each task's command runs in a container of a locally built
+image instead (podman or docker run, the IR's command as the entry point as KFP sets it, the
+image's own files, environment and user): the IR's image reference is mapped to the local image,
+the store folders and state_dir are mounted at the same paths, and the folders the launcher
+would create in the pod (output artifact folders, the output files' folders) are owned by the
+container's user, as they would be in the pod. `image_paths` are not used then: the image has
+its own files.
 """
 
 from __future__ import annotations
@@ -49,6 +57,54 @@ OBJECT_STORE_SCHEMES = ("gs://", "s3://", "minio://", "mem://")
 # component/launcher_v2.go LocalPathForURI: where the pod sees an object-store URI.
 LOCAL_PREFIXES = {"gs://": "/gcs/", "minio://": "/minio/", "s3://": "/s3/"}
 PLACEHOLDER = re.compile(r"\{\{\$(?:\.[^}]*)?\}\}")
+
+
+# How tasks run under podman on these machines (DESIGN: the runc runtime, the ulimits a build
+# host's defaults do not give).
+PODMAN_RUN_OPTIONS = (
+    "--runtime",
+    "runc",
+    "--ulimit",
+    "nofile=20000:20000",
+    "--ulimit",
+    "nproc=4096:4096",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerRun:
+    """Run every task in a container of a local image, as its pod would."""
+
+    # The IR's image reference (what the compile was given) -> the local image to run.
+    images: dict[str, str]
+    engine: str = "podman"
+    # uid[:gid]; None: the image's USER, which must then be numeric.
+    user: str | None = None
+    # More host folders, mounted at the same path (the store folders and state_dir always are).
+    mounts: tuple[str, ...] = ()
+    # Environment for the task, on top of the image's own.
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    options: tuple[str, ...] = PODMAN_RUN_OPTIONS
+
+    def image_for(self, reference: str) -> str:
+        if reference not in self.images:
+            raise TaskFailed(f"no local image for {reference} (ContainerRun.images)")
+        return self.images[reference]
+
+    def ids(self, image: str) -> tuple[int, int]:
+        """(uid, gid) the task runs as."""
+        user = self.user
+        if user is None:
+            user = subprocess.run(
+                [self.engine, "image", "inspect", "--format", "{{.Config.User}}", image],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        uid, _, gid = user.partition(":")
+        if not uid.isdigit() or (gid and not gid.isdigit()):
+            raise TaskFailed(f"image {image}: user {user!r} is not numeric uid[:gid]")
+        return int(uid), int(gid or uid)
 
 
 class IRRejected(ValueError):
@@ -130,6 +186,25 @@ def task_order(tasks: dict) -> list[str]:
         order.append(ready[0])
         del needs[ready[0]]
     return order
+
+
+def upstream(tasks: dict, targets: set[str]) -> set[str]:
+    """The targets and every task they depend on."""
+    needed: set[str] = set()
+    pending = list(targets)
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        task = tasks[name]
+        pending.extend(task.get("dependentTasks", []))
+        for kind in ("parameters", "artifacts"):
+            for value in task.get("inputs", {}).get(kind, {}).values():
+                for ref in ("taskOutputParameter", "taskOutputArtifact"):
+                    if ref in value:
+                        pending.append(value[ref]["producerTask"])
+    return needed
 
 
 def schema_title(artifact_type: dict) -> str:
@@ -257,7 +332,10 @@ class IRRunner:
         image_paths: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 900,
+        container: ContainerRun | None = None,
     ):
+        if container is not None and image_paths:
+            raise ValueError("image_paths are for local runs; in a container the image has them")
         self.spec, self.platform = load(package_path)
         check_executors(self.spec)
         self.state_dir = state_dir
@@ -268,6 +346,7 @@ class IRRunner:
         self.image_paths = _prefixes(image_paths or {})
         self.env = env
         self.timeout = timeout
+        self.container = container
 
     # --- what stands in for the cluster -------------------------------------------------
     def local(self, text: str) -> str:
@@ -315,8 +394,12 @@ class IRRunner:
 
     # --- the run -----------------------------------------------------------------------
     def run(
-        self, parameters: dict[str, Any] | None = None, pipeline_root: str | None = None
+        self,
+        parameters: dict[str, Any] | None = None,
+        pipeline_root: str | None = None,
+        until: set[str] | None = None,
     ) -> RunResult:
+        """One run; with `until`, only those tasks and what they depend on (a partial run)."""
         spec = self.spec
         root = pipeline_root or spec.get("defaultPipelineRoot", "")
         check_pipeline_root(root)
@@ -336,7 +419,13 @@ class IRRunner:
         tasks = spec["root"]["dag"]["tasks"]
         results: dict[str, TaskResult] = {}
         started = time.monotonic()
-        for task_name in task_order(tasks):
+        order = task_order(tasks)
+        if until is not None:
+            unknown = set(until) - set(tasks)
+            if unknown:
+                raise IRRejected(f"no task(s) {sorted(unknown)} in the pipeline")
+            order = [name for name in order if name in upstream(tasks, until)]
+        for task_name in order:
             results[task_name] = self._run_task(
                 task_name, tasks[task_name], values, results, run_root, pipeline_name
             )
@@ -493,6 +582,47 @@ class IRRunner:
             output_parameters=output_parameters,
         )
 
+    # --- folders and containers ---------------------------------------------------------
+    _ids: tuple[int, int] | None = None
+
+    def _own(self, path: str) -> None:
+        """In a container run, a folder the launcher would create in the pod is the pod
+        user's (chown when root, else writable for all: rootless engines map the uid)."""
+        if self.container is None:
+            return
+        if os.geteuid() == 0:
+            assert self._ids is not None
+            os.chown(path, *self._ids)
+        else:
+            os.chmod(path, 0o777)
+
+    def _makedirs(self, path: str) -> None:
+        """os.makedirs, each folder it creates owned as _own says."""
+        path = os.path.abspath(path)
+        if os.path.isdir(path):
+            return
+        self._makedirs(os.path.dirname(path))
+        os.makedirs(path, exist_ok=True)
+        self._own(path)
+
+    def _container_argv(
+        self, image: str, command: list[str], args: list[str]
+    ) -> tuple[list[str], str]:
+        """The engine's run command: the IR's command as the entry point (KFP's command
+        replaces the image's ENTRYPOINT), its args as the container's arguments."""
+        run = self.container
+        assert run is not None and self._ids is not None
+        name = f"ir-runner-{uuid.uuid4().hex[:12]}"
+        mounts = [*self.stores.values(), os.path.abspath(self.state_dir), *run.mounts]
+        argv = [run.engine, "run", "--rm", "--name", name, *run.options]
+        argv += ["--user", f"{self._ids[0]}:{self._ids[1]}"]
+        argv += ["--entrypoint", json.dumps(command)]
+        for folder in dict.fromkeys(mounts):
+            argv += ["-v", f"{folder}:{folder}"]
+        for key, value in sorted(run.env.items()):
+            argv += ["-e", f"{key}={value}"]
+        return [*argv, image, *args], name
+
     def _import(self, task_name, importer, inputs, component, started) -> TaskResult:
         uri = importer["artifactUri"]
         uri = uri["runtimeParameter"] if "runtimeParameter" in uri else uri.get("constant", uri)
@@ -527,26 +657,42 @@ class IRRunner:
         local_input = self._localize(executor_input)
         output_file = self._pod_file(task_name, outputs["outputFile"])
         local_input["outputs"]["outputFile"] = output_file
+        image = self.container.image_for(container["image"]) if self.container else ""
+        if self.container:
+            self._ids = self.container.ids(image)
+            # A bucket has no owners: the task's user writes wherever the pod may.
+            for folder in self.stores.values():
+                self._makedirs(folder)
+                self._own(folder)
         for parameter in local_input["outputs"]["parameters"].values():
             parameter["outputFile"] = self._pod_file(task_name, parameter["outputFile"])
-            os.makedirs(os.path.dirname(parameter["outputFile"]), exist_ok=True)
-        os.makedirs(os.path.dirname(output_file), exist_ok=True)
+            self._makedirs(os.path.dirname(parameter["outputFile"]))
+        self._makedirs(os.path.dirname(output_file))
         for listed in local_input["outputs"]["artifacts"].values():
-            os.makedirs(listed["artifacts"][0]["uri"], exist_ok=True)  # prepareOutputFolders
+            self._makedirs(listed["artifacts"][0]["uri"])  # prepareOutputFolders
         command = list(container["command"])
-        if command[0] == "python":
-            command[0] = sys.executable
         args = compile_args(local_input, container.get("args", []))
         log_path = self._pod_file(task_name, "/log.txt")
+        if self.container:
+            argv, name = self._container_argv(image, command, args)
+        else:
+            if command[0] == "python":
+                command[0] = sys.executable
+            argv, name = [*command, *args], ""
         with open(log_path, "w") as log:
-            completed = subprocess.run(
-                [*command, *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                timeout=self.timeout,
-                check=False,
-            )
+            try:
+                completed = subprocess.run(
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=None if self.container else self.env,
+                    timeout=self.timeout,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                if name:  # the engine's client is gone; the container is not
+                    subprocess.run([self.container.engine, "rm", "-f", name], check=False)
+                raise
         if completed.returncode != 0:
             with open(log_path) as handle:
                 tail = handle.read()[-4000:]
@@ -563,8 +709,10 @@ def _pairs(values: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m tests.kubeflow.ir_runner PACKAGE --state DIR --store gs://bucket=DIR
-    [--image_path /app/schemas=schemas ...] [--param data_root=gs://bucket/data ...]:
-    one run, one line per task (state, seconds), then the run's total."""
+    [--image_path /app/schemas=schemas ...] [--param data_root=gs://bucket/data ...]
+    [--container_image IR_IMAGE=LOCAL_IMAGE ... [--engine podman] [--user UID:GID]]
+    [--until TASK ...]: one run, one line per task (state, seconds), then the run's total.
+    With --container_image every task runs in a container of the local image."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -573,12 +721,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", action="append", default=[], metavar="URI_PREFIX=DIR")
     parser.add_argument("--image_path", action="append", default=[], metavar="IMAGE_PATH=DIR")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--container_image", action="append", default=[], metavar="IR=LOCAL")
+    parser.add_argument("--engine", default="podman")
+    parser.add_argument("--user", default=None, metavar="UID[:GID]")
+    parser.add_argument("--until", action="append", default=None, metavar="TASK")
     args = parser.parse_args(argv)
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    container = None
+    if args.container_image:
+        container = ContainerRun(
+            _pairs(args.container_image),
+            engine=args.engine,
+            user=args.user,
+            env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
     runner = IRRunner(
-        args.package, args.state, _pairs(args.store), _pairs(args.image_path), env=env
+        args.package,
+        args.state,
+        _pairs(args.store),
+        _pairs(args.image_path),
+        env=env,
+        container=container,
     )
-    result = runner.run(_pairs(args.param) or None)
+    result = runner.run(_pairs(args.param) or None, until=set(args.until) if args.until else None)
     for name, task in result.tasks.items():
         sys.stdout.write(f"{name:28s} {task.state:9s} {task.seconds:6.1f} s\n")
     sys.stdout.write(f"run {result.run_id}: {result.seconds:.1f} s\n")
