@@ -78,7 +78,8 @@ def add_pipeline_flags(
         "--example_shards",
         type=int,
         default=example_shards,
-        help="TFRecord shards per split written by ExampleGen",
+        help="TFRecord shards per split written by ExampleGen (streamed: one file per shard "
+        "in-process, one part file per worker bundle otherwise)",
     )
     parser.add_argument(
         "--transform_shards",
