@@ -23,6 +23,9 @@ from benchmarks import common
 # (module, skipped in --quick because ...)
 BENCHMARKS = (
     ("scale", None),
+    ("scale_memory", None),
+    ("scale_bad_input", None),
+    ("portable_runner", None),
     ("training_throughput", None),
     ("image_ingestion", None),
     ("training_input", None),

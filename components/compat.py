@@ -105,10 +105,18 @@ _LOCAL_RUNNERS = frozenset({"DirectRunner", "direct", "SwitchingDirectRunner"})
 
 
 def _runs_locally(beam_pipeline_args: list[str]) -> bool:
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    """The DirectRunner, or any portable runner with the LOOPBACK environment (its SDK harness
+    runs in this process)."""
+    from apache_beam.options.pipeline_options import (
+        PipelineOptions,
+        PortableOptions,
+        StandardOptions,
+    )
 
-    runner = PipelineOptions(flags=beam_pipeline_args).view_as(StandardOptions).runner
-    return runner is None or runner in _LOCAL_RUNNERS
+    options = PipelineOptions(flags=beam_pipeline_args)
+    runner = options.view_as(StandardOptions).runner
+    loopback = options.view_as(PortableOptions).environment_type == "LOOPBACK"
+    return runner is None or runner in _LOCAL_RUNNERS or loopback
 
 
 @contextlib.contextmanager
@@ -119,8 +127,10 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
     executor (ExampleGen, StatisticsGen, Transform, Evaluator) copies TFX's whole installation
     into a temporary directory and runs `setup.py sdist` on it, about 2 s per component, so
     that remote workers can install TFX. The DirectRunner's workers are this process or its
-    children in the same environment and never install it; other runners are left as TFX
-    handles them."""
+    children in the same environment and never install it, nor do a portable runner's LOOPBACK
+    workers (threads of this process); other runners (SDK workers in other processes or
+    containers, which install what is staged: pipeline/beam_boot.py) are left as TFX handles
+    them."""
     from tfx.utils import dependency_utils
 
     stock = dependency_utils.make_beam_dependency_flags

@@ -14,8 +14,12 @@ from components import ConfigError
 from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
 
 BEAM_MODES = ("in_memory", "multi_processing")
-BEAM_RUNNERS = ("direct", "flink", "spark", "dataflow")
+BEAM_RUNNERS = ("direct", "portable", "flink", "spark", "dataflow")
 PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
+# --job_endpoint of Beam's PortableRunner that starts its job service in this process.
+EMBEDDED_JOB_ENDPOINT = "embed"
+# What Beam's stager accepts as --extra_package (apache_beam/runners/portability/stager.py).
+STAGED_PACKAGE_SUFFIXES = (".whl", ".tar.gz", ".tar", ".zip")
 DATASET_KINDS = ("csv", "images")
 # What the model predicts: class names, or a number in the label's units. "auto" (a flag value)
 # is resolved by the pre-flight check from the label's values before a config is built.
@@ -67,9 +71,11 @@ class DatasetConfig:
 class BeamConfig:
     """How the Beam-based components (ExampleGen, StatisticsGen, Transform, Evaluator) run.
 
-    runner: direct (this machine: in_memory or multi_processing), flink or spark (portable
-    runners: a job server runs the pipeline on the cluster, the SDK harness in a container of the
-    project's image), dataflow (Google Cloud Dataflow, workers in the project's image).
+    runner: direct (this machine: in_memory or multi_processing), portable (Beam's
+    PortableRunner against a job server, or its embedded one: job_endpoint "embed"), flink or
+    spark (portable runners: a job server runs the pipeline on the cluster, the SDK harness in a
+    container of the project's image), dataflow (Google Cloud Dataflow, workers in the project's
+    image).
     """
 
     runner: str = "direct"
@@ -78,12 +84,15 @@ class BeamConfig:
     extra_args: tuple[str, ...] = ()
     # Flink / Spark: the cluster's master (host:port; Spark: spark://host:port), or the
     # endpoint of an already running Beam job server (then the master is the job server's).
+    # Portable: the job server's host:port, or "embed" (Beam's job service in this process).
     flink_master: str = ""
     spark_master_url: str = ""
     job_endpoint: str = ""
     # Where the portable runner starts the Python SDK harness: DOCKER (environment_config or
     # sdk_container_image is the image), EXTERNAL (environment_config is a worker pool's
-    # host:port, e.g. a sidecar of the task manager), PROCESS, LOOPBACK (tests).
+    # host:port, e.g. a sidecar of the task manager, or `python -m pipeline.beam_boot
+    # worker_pool`), PROCESS (environment_config: {"command": ...}; not with "embed"), LOOPBACK
+    # (the harness in this process: tests).
     environment_type: str = "DOCKER"
     environment_config: str = ""
     # Flink only (Spark takes spark.default.parallelism from the cluster); 0: the cluster's.
@@ -96,9 +105,15 @@ class BeamConfig:
     # The project's image (pinned stack + this project installed): Dataflow's workers, and the
     # DOCKER environment of Flink / Spark when environment_config is empty.
     sdk_container_image: str = ""
+    # Packages (wheels, sdists) Beam stages for the SDK workers to install (--extra_package),
+    # e.g. this project's wheel: its code then reaches workers whose image is older. Any of them
+    # also makes TFX skip staging its own sdist (tfx/utils/dependency_utils.py).
+    extra_packages: tuple[str, ...] = ()
 
     def pipeline_args(self) -> list[str]:
-        if self.runner == "flink":
+        if self.runner == "portable":
+            args = ["--runner=PortableRunner"] + self._portable_args()
+        elif self.runner == "flink":
             args = ["--runner=FlinkRunner"]
             if self.flink_master:
                 args.append(f"--flink_master={self.flink_master}")
@@ -132,6 +147,8 @@ class BeamConfig:
                 "--direct_running_mode=in_memory",
                 "--direct_num_workers=1",
             ]
+        if self.runner != "direct":
+            args += [f"--extra_package={package}" for package in self.extra_packages]
         return args + list(self.extra_args)
 
     def _portable_args(self) -> list[str]:
@@ -150,6 +167,8 @@ class BeamConfig:
         if self.runner == "direct":
             return f"{self.mode} ({self.num_workers} worker(s))"
         where = {
+            "portable": f"{self.job_endpoint} ({self.environment_type}"
+            + (f" {self.environment_config})" if self.environment_config else ")"),
             "flink": self.job_endpoint or self.flink_master,
             "spark": self.job_endpoint or self.spark_master_url,
             "dataflow": f"{self.project}/{self.region}",
@@ -174,6 +193,18 @@ class BeamConfig:
             "beam.max_num_workers",
             f"must be >= 0, got {self.max_num_workers}",
         )
+        if self.runner == "portable":
+            _require(
+                self.job_endpoint == EMBEDDED_JOB_ENDPOINT or _is_host_port(self.job_endpoint),
+                "beam.job_endpoint",
+                f"must be {EMBEDDED_JOB_ENDPOINT!r} (Beam's job service in this process) or a "
+                f"job server's HOST:PORT for the portable runner, got {self.job_endpoint!r}",
+            )
+            _require(
+                self.parallelism == 0,
+                "beam.parallelism",
+                "is a Flink option; use --beam_runner flink for it",
+            )
         if self.runner in ("flink", "spark"):
             master = "flink_master" if self.runner == "flink" else "spark_master_url"
             _require(
@@ -181,6 +212,7 @@ class BeamConfig:
                 f"beam.{master}",
                 f"or beam.job_endpoint must be set for the {self.runner} runner",
             )
+        if self.runner in ("portable", "flink", "spark"):
             _require(
                 self.environment_type in PORTABLE_ENVIRONMENTS,
                 "beam.environment_type",
@@ -197,8 +229,39 @@ class BeamConfig:
                 _require(
                     bool(self.environment_config),
                     "beam.environment_config",
-                    "must be the worker pool's host:port for the EXTERNAL environment",
+                    "must be the worker pool's host:port for the EXTERNAL environment (start one "
+                    "with: python -m pipeline.beam_boot worker_pool --service_port 50000)",
                 )
+            if self.environment_type == "PROCESS":
+                _require(
+                    self.environment_config.lstrip().startswith("{")
+                    and '"command"' in self.environment_config,
+                    "beam.environment_config",
+                    "must be a JSON object naming the boot executable for the PROCESS "
+                    'environment, e.g. \'{"command": "/opt/beam-boot"}\' (a script running '
+                    '`python -m pipeline.beam_boot "$@"`)',
+                )
+                _require(
+                    self.job_endpoint != EMBEDDED_JOB_ENDPOINT,
+                    "beam.environment_type",
+                    "PROCESS does not run with beam.job_endpoint 'embed': Beam 2.59's embedded "
+                    "job service has no PROCESS environment; use EXTERNAL with a worker pool "
+                    "(python -m pipeline.beam_boot worker_pool --service_port 50000), or a Flink "
+                    "or Spark job server",
+                )
+        for package in self.extra_packages:
+            _require(
+                self.runner != "direct",
+                "beam.extra_packages",
+                "are staged for the workers of portable, flink, spark and dataflow runs; the "
+                "DirectRunner's workers use this environment (drop --beam_extra_package)",
+            )
+            _require(
+                package.endswith(STAGED_PACKAGE_SUFFIXES),
+                "beam.extra_packages",
+                f"must be files ending with {' '.join(STAGED_PACKAGE_SUFFIXES)} (what Beam stages)"
+                f", got {package!r}",
+            )
         if self.runner == "spark":
             _require(
                 self.parallelism == 0,
@@ -371,6 +434,11 @@ def transform_shards_for(dataset: DatasetConfig, requested: int | None, tabular:
     if requested is not None:
         return requested
     return IMAGE_TRANSFORM_SHARDS if dataset.is_images else tabular
+
+
+def _is_host_port(value: str) -> bool:
+    host, _, port = value.rpartition(":")
+    return bool(host) and port.isdigit()
 
 
 def _require(condition: bool, field: str, message: str) -> None:

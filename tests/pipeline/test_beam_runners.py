@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 
 import pytest
 from apache_beam.options import pipeline_options as beam_options
@@ -214,3 +215,229 @@ def test_run_local_refuses_dataflow_with_the_way_to_use_it(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "beam.runner dataflow reads and writes gs:// only" in err
     assert "kubeflow/run_kubeflow.py compile --beam_runner dataflow" in err
+
+
+# --- the portable runner ----------------------------------------------------------------------
+
+
+def test_portable_embedded_job_service_with_external_worker_pool():
+    config = _config(
+        [
+            "--beam_runner=portable",
+            "--beam_job_endpoint=embed",
+            "--beam_environment_type=EXTERNAL",
+            "--beam_environment_config=localhost:50000",
+        ]
+    )
+    assert config.pipeline_args() == [
+        "--runner=PortableRunner",
+        "--job_endpoint=embed",
+        "--environment_type=EXTERNAL",
+        "--environment_config=localhost:50000",
+    ]
+    options = _options(config)
+    assert options.view_as(beam_options.StandardOptions).runner == "PortableRunner"
+    portable = options.view_as(beam_options.PortableOptions)
+    assert (portable.job_endpoint, portable.environment_type, portable.environment_config) == (
+        "embed",
+        "EXTERNAL",
+        "localhost:50000",
+    )
+    assert config.describe() == "portable runner at embed (EXTERNAL localhost:50000)"
+
+
+def test_portable_job_server_with_process_environment_and_staged_packages(tmp_path):
+    wheel = tmp_path / "tfx_scaleout-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"stand-in: only the path is read")
+    boot = '{"command": "/opt/beam-boot"}'
+    config = _config(
+        [
+            "--beam_runner=portable",
+            "--beam_job_endpoint=jobserver:8099",
+            "--beam_environment_type=PROCESS",
+            f"--beam_environment_config={boot}",
+            f"--beam_extra_package={wheel}",
+        ]
+    )
+    options = _options(config)
+    portable = options.view_as(beam_options.PortableOptions)
+    assert (portable.job_endpoint, portable.environment_type, portable.environment_config) == (
+        "jobserver:8099",
+        "PROCESS",
+        boot,
+    )
+    assert options.view_as(beam_options.SetupOptions).extra_packages == [str(wheel)]
+
+
+def test_extra_packages_reach_every_remote_runner_and_make_tfx_skip_its_sdist(tmp_path):
+    from tfx.utils import dependency_utils
+
+    wheel = str(tmp_path / "project-1.0-py3-none-any.whl")
+    for changes in (
+        {"runner": "portable", "job_endpoint": "embed", "environment_type": "LOOPBACK"},
+        {"runner": "flink", "flink_master": "m:8081", "sdk_container_image": IMAGE},
+        {
+            "runner": "dataflow",
+            "project": "p",
+            "region": "r",
+            "temp_location": "gs://b/t",
+            "sdk_container_image": IMAGE,
+        },
+    ):
+        config = dataclasses.replace(BeamConfig(), extra_packages=(wheel,), **changes)
+        config.validate()
+        args = config.pipeline_args()
+        assert f"--extra_package={wheel}" in args
+        # TFX adds its own sdist only when no dependency flag is set: here it leaves them as is.
+        assert dependency_utils.make_beam_dependency_flags(args) == args
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "says"),
+    [
+        ({"runner": "portable"}, "beam.job_endpoint", "must be 'embed'"),
+        ({"runner": "portable", "job_endpoint": "jobserver"}, "beam.job_endpoint", "HOST:PORT"),
+        (
+            {"runner": "portable", "job_endpoint": "embed", "environment_type": "EXTERNAL"},
+            "beam.environment_config",
+            "python -m pipeline.beam_boot worker_pool",
+        ),
+        (
+            {
+                "runner": "portable",
+                "job_endpoint": "embed",
+                "environment_type": "PROCESS",
+                "environment_config": '{"command": "boot"}',
+            },
+            "beam.environment_type",
+            "embedded job service has no PROCESS environment",
+        ),
+        (
+            {"runner": "portable", "job_endpoint": "j:8099", "environment_type": "PROCESS"},
+            "beam.environment_config",
+            "JSON object naming the boot executable",
+        ),
+        (
+            {"runner": "portable", "job_endpoint": "embed"},
+            "beam.sdk_container_image",
+            "DOCKER",
+        ),
+        (
+            {
+                "runner": "portable",
+                "job_endpoint": "embed",
+                "environment_type": "LOOPBACK",
+                "parallelism": 2,
+            },
+            "beam.parallelism",
+            "Flink option",
+        ),
+        (
+            {
+                "runner": "portable",
+                "job_endpoint": "embed",
+                "environment_type": "LOOPBACK",
+                "extra_packages": ("/tmp/project.egg",),
+            },
+            "beam.extra_packages",
+            ".whl .tar.gz",
+        ),
+        ({"extra_packages": ("/tmp/p.whl",)}, "beam.extra_packages", "DirectRunner"),
+    ],
+)
+def test_invalid_portable_settings_name_the_field(changes, field, says):
+    with pytest.raises(ConfigError, match=f"invalid configuration: {field} ") as raised:
+        dataclasses.replace(BeamConfig(), **changes).validate()
+    assert says in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--beam_stage_project"], "DirectRunner runs in this environment"),
+        (
+            [
+                "--beam_runner=portable",
+                "--beam_job_endpoint=embed",
+                "--beam_environment_type=LOOPBACK",
+                "--beam_extra_package=/nonexistent/project.whl",
+            ],
+            "(--beam_extra_package) is not a file",
+        ),
+    ],
+)
+def test_run_local_staging_flags_are_checked(capsys, tmp_path, argv, says):
+    code = run_local.main([*argv, "--output_root", str(tmp_path / "out")])
+    assert code == run_local.EXIT_BAD_INPUT
+    assert says in capsys.readouterr().err
+
+
+def test_stage_project_is_refused_where_the_wheel_cannot_be_read():
+    with pytest.raises(ConfigError, match="beam.extra_packages --beam_stage_project builds"):
+        _config(
+            [
+                "--beam_runner=portable",
+                "--beam_job_endpoint=js:8099",
+                "--beam_environment_type=LOOPBACK",
+                "--beam_stage_project",
+            ]
+        )
+
+
+def test_stage_project_builds_the_wheel_of_this_tree(tmp_path):
+    """The staged wheel holds the project's packages as they are in the tree, built from a copy
+    (nothing written into the tree)."""
+    import zipfile
+
+    wheel = beam_runners.build_project_wheel(str(tmp_path))
+    assert os.path.basename(wheel).startswith("tfx_scaleout-")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for module in ("pipeline/beam_boot.py", "pipeline/config.py", "components/__init__.py"):
+        assert module in names
+    assert not any("__pycache__" in name for name in names)
+    args = run_local.parse_args(
+        [
+            "--beam_runner=portable",
+            "--beam_job_endpoint=embed",
+            "--beam_environment_type=EXTERNAL",
+            "--beam_environment_config=localhost:50000",
+            "--beam_stage_project",
+        ]
+    )
+    config = beam_runners.beam_config(args, local.choose_beam("auto", None, 10, []))
+    (staged,) = config.extra_packages
+    assert staged.endswith(".whl") and os.path.isfile(staged)
+    assert f"--extra_package={staged}" in config.pipeline_args()
+
+
+def test_tfx_sdist_is_skipped_only_where_the_harness_runs_in_this_process(monkeypatch):
+    """compat.no_tfx_sdist_for_direct_runner: LOOPBACK workers are threads of this process, so
+    TFX's sdist would be built for nothing; EXTERNAL workers install what is staged."""
+    from tfx.utils import dependency_utils
+
+    from components import compat
+
+    built = []
+
+    def stock(args):
+        built.append(list(args))
+        return [*args, "--extra_package=tfx_ephemeral.tar.gz"]
+
+    monkeypatch.setattr(dependency_utils, "make_beam_dependency_flags", stock)
+    loopback = _config(
+        ["--beam_runner=portable", "--beam_job_endpoint=embed", "--beam_environment_type=LOOPBACK"]
+    ).pipeline_args()
+    external = _config(
+        [
+            "--beam_runner=portable",
+            "--beam_job_endpoint=embed",
+            "--beam_environment_type=EXTERNAL",
+            "--beam_environment_config=localhost:50000",
+        ]
+    ).pipeline_args()
+    with compat.no_tfx_sdist_for_direct_runner():
+        assert dependency_utils.make_beam_dependency_flags(loopback) == loopback
+        assert dependency_utils.make_beam_dependency_flags(external)[-1] == (
+            "--extra_package=tfx_ephemeral.tar.gz"
+        )
+    assert built == [external]
