@@ -5,8 +5,8 @@
 Each benchmark module exposes run(quick) -> list[common.Row]. --quick (under 10 minutes on a
 2-core machine) runs the scale benchmark at 200,000 rows, the training input check with fewer
 steps and no per-strategy runs, and skips the penguin-vs-TFX-example comparison (two cold and two
-warm full pipeline runs, about 7 minutes on its own). Modules that do not exist yet are reported
-as skipped.
+warm full pipeline runs, about 7 minutes on its own). scale_memory (the whole pipeline at 1M, 3M
+and 10M rows) is full-size only. Modules that do not exist yet are reported as skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ from benchmarks import common
 # (module, skipped in --quick because ...)
 BENCHMARKS = (
     ("scale", None),
-    ("scale_memory", None),
+    (
+        "scale_memory",
+        "the whole pipeline at 1M, 3M and 10M rows, about an hour; scale_bad_input's quick run "
+        "measures the whole pipeline's peak memory at 200,000 rows",
+    ),
     ("scale_bad_input", None),
     ("portable_runner", None),
     ("training_throughput", None),
