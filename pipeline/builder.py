@@ -2,7 +2,8 @@
 
   ShardedCsvExampleGen | ImageExampleGen -> StatisticsGen
     -> ImportSchemaGen (curated) | SchemaGen (first use)
-    -> ExampleValidator (fails on anomalies) -> Transform (sharded output) -> Trainer
+    -> ExampleValidator (fails on anomalies) -> Transform (sharded output; images: the transform
+       graph only) -> Trainer (tabular: Transform's examples; images: ExampleGen's)
     -> BaselineModel (newest pushed model but the candidate) -> Evaluator (threshold + no
        regression) -> Pusher
 
@@ -175,10 +176,16 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     ).with_id("ExampleValidator")
 
+    # Images: Transform analyzes (label vocabulary, resize target) and writes the transform graph
+    # only (materialize=False). Its examples would be ExampleGen's encoded bytes again, copied
+    # through tf.Transform at a cost per image larger than ExampleGen's own; the Trainer reads
+    # ExampleGen's shards and applies the transform graph in its tf.data pipeline, as TFMA and
+    # serving apply it.
     transform = ShardedTransform(
         examples=example_gen.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         preprocessing_fn=IMAGE_PREPROCESSING_FN if dataset.is_images else PREPROCESSING_FN,
+        materialize=not dataset.is_images,
         custom_config={
             features.LABEL_KEY_CONFIG: dataset.label_key,
             features.TASK_CONFIG: dataset.task,
@@ -193,7 +200,13 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
     training = config.training
     trainer = Trainer(
         run_fn=RUN_FN,
-        examples=transform.outputs["transformed_examples"],
+        # Images: the raw examples (encoded bytes) with the transform graph; the run_fn's input
+        # pipeline applies the graph (components.ml.inputs.make_dataset).
+        examples=(
+            example_gen.outputs["examples"]
+            if dataset.is_images
+            else transform.outputs["transformed_examples"]
+        ),
         transform_graph=transform.outputs["transform_graph"],
         schema=schema_gen.outputs["schema"],
         train_args=trainer_pb2.TrainArgs(splits=[TRAIN_SPLIT], num_steps=training.train_steps),

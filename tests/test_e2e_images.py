@@ -52,6 +52,11 @@ def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):
     assert sum(counts.values()) == image_data.DIGITS_COUNT
     vocabulary = json.loads(mlmd_read.custom_value(examples, "label_vocabulary"))
     assert vocabulary == [str(digit) for digit in range(10)]
+    # Transform writes the transform graph only (no examples): the Trainer reads ExampleGen's
+    # shards (encoded bytes) through it.
+    assert "Examples" not in store.outputs_by_type(executions["Transform"])
+    trainer_inputs, _ = store.events(executions["Trainer"])
+    assert examples.id in trainer_inputs
     outputs = store.outputs_by_type(executions["Evaluator"])
     (blessing,) = outputs["ModelBlessing"]
     assert mlmd_read.custom_value(blessing, "blessed") == 1

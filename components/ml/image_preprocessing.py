@@ -1,12 +1,14 @@
-"""Image preprocessing: what tf.Transform analyzes and keeps, and the pixel steps applied where the
-pixels are consumed.
+"""Image preprocessing: what tf.Transform analyzes, and the pixel steps applied where the pixels
+are consumed.
 
 Transform (preprocessing_fn) analyzes the label (a vocabulary of class names; its index is the
-target) and keeps each image as its encoded JPEG or PNG bytes: the transformed shards are about
-the size of the source files, not the float32 pixels (602 KB per image at 224x224). It records
-the resize target in the transform graph (a one-entry vocabulary asset, since open-source
-tf.Transform builds have no schema annotations), so that every consumer of the transform graph
-reads the same size from it.
+target) and passes each image through as its encoded JPEG or PNG bytes. For images the pipeline
+runs it with materialize=False: its output is the transform graph alone, and the Trainer reads
+ExampleGen's shards (the encoded bytes, about the size of the source files) through that graph,
+as TFMA and serving do (a copy of the same bytes through tf.Transform cost more per image than
+ExampleGen's own work). The graph records the resize target (a one-entry vocabulary asset, since
+open-source tf.Transform builds have no schema annotations), so that every consumer reads the
+same size from it.
 
 decode -> resize to image_size square (bilinear) -> scale to [0, 1] is one function,
 `decode_transformed`, applied to the transform graph's output by the three consumers: the

@@ -1,4 +1,5 @@
-"""The model's input pipeline: transformed TFRecord shards -> batched (features, label)."""
+"""The model's input pipeline: TFRecord shards -> batched (features, label): Transform's shards
+for tabular data, ExampleGen's (encoded images) with the transform graph applied for images."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def make_dataset(
     repeat: bool,
     seed: int | None = None,
     cache_records: bool = False,
-    decode_images_per_element: bool = False,
+    decode_images_per_element: bool = True,
+    cache_decoded_images: bool = False,
 ) -> tf.data.Dataset:
     """Transformed gzip TFRecord shards -> (features, label) batches.
 
@@ -39,36 +41,31 @@ def make_dataset(
     (Caching parsed examples instead was slower: batching many small tensors per example costs
     more than one vectorized parse per batch.)
 
-    Images: the shards hold encoded bytes; image_preprocessing.decode_transformed (decode ->
-    resize -> normalize, the step serving and evaluation apply too) runs here, on batches inside
-    the parallel parse map, or with decode_images_per_element one image per parallel map call
-    before batching (benchmarks/training_input.py measures both).
+    Images (the transform graph records a resize target): the files are ExampleGen's shards, not
+    Transform's (Transform analyzes and materializes nothing for images); see make_image_dataset.
     """
-    files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle, seed=seed)
-    dataset = files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression_of(path)),
-        cycle_length=tf.data.AUTOTUNE,
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not shuffle,
-    )
+    image_size = image_preprocessing.image_size_of(tf_transform_output)
+    if image_size:
+        return make_image_dataset(
+            file_pattern,
+            tf_transform_output,
+            label_key,
+            batch_size,
+            shuffle=shuffle,
+            repeat=repeat,
+            seed=seed,
+            cache_records=cache_records,
+            decode_per_element=decode_images_per_element,
+            cache_decoded=cache_decoded_images,
+        )
+    dataset = _records(file_pattern, shuffle, seed)
     feature_spec = tf_transform_output.transformed_feature_spec()
     label_name = features.transformed_name(label_key)
-    image_size = image_preprocessing.image_size_of(tf_transform_output) or 0  # 0: no image
-    decode_batches = bool(image_size) and not decode_images_per_element
 
     def parse(records):
         batch = tf.io.parse_example(records, feature_spec)
-        if decode_batches:
-            batch = image_preprocessing.decode_transformed(batch, image_size)
-        return split_label(batch)
-
-    def split_label(batch):
         label = batch.pop(label_name)
         return batch, label
-
-    def parse_and_decode_one(record):
-        example = tf.io.parse_single_example(record, feature_spec)
-        return image_preprocessing.decode_transformed_one(example, image_size)
 
     if cache_records:
         dataset = dataset.cache()
@@ -76,8 +73,97 @@ def make_dataset(
         dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
     if repeat:
         dataset = dataset.repeat()
-    if image_size and decode_images_per_element:
-        dataset = dataset.map(parse_and_decode_one, num_parallel_calls=tf.data.AUTOTUNE)
-        return dataset.batch(batch_size).map(split_label).prefetch(tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _records(file_pattern, shuffle: bool, seed: int | None) -> tf.data.Dataset:
+    files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle, seed=seed)
+    return files.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type=compression_of(path)),
+        cycle_length=tf.data.AUTOTUNE,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not shuffle,
+    )
+
+
+def make_image_dataset(
+    file_pattern: str | Sequence[str],
+    tf_transform_output: tft.TFTransformOutput,
+    label_key: str,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    repeat: bool,
+    seed: int | None = None,
+    cache_records: bool = False,
+    decode_per_element: bool = True,
+    cache_decoded: bool = False,
+) -> tf.data.Dataset:
+    """ExampleGen's image shards (raw tf.Examples: encoded bytes, class name, ...) -> (pixels,
+    label id) batches, through the same two steps TFMA and serving apply: the transform graph
+    (tft's TransformFeaturesLayer: label vocabulary) and image_preprocessing.decode_transformed
+    (decode -> resize -> normalize).
+
+    Only the image and the label are parsed, and the transform graph runs on batches of records
+    (one vectorized parse and one graph call per batch). decode_per_element (the default) then
+    decodes one image per parallel AUTOTUNE map call and batches again; otherwise each batch is
+    decoded inside its parallel map call. Per element used less CPU and ran faster under load
+    from other jobs on 2 cores; on a quieter machine the two were within noise
+    (benchmarks/training_input.py measures both).
+
+    cache_decoded (when the decoded images fit in memory: decoded_bytes): the first pass decodes
+    and keeps the pixels; later epochs shuffle and batch them without reading or decoding. On a
+    CPU that also runs the model, the decode otherwise competes with every training step.
+    """
+    image_size = image_preprocessing.image_size_of(tf_transform_output)
+    if not image_size:
+        raise ValueError("the transform graph records no image size: not an image pipeline")
+    raw_spec = tf_transform_output.raw_feature_spec()
+    parsed_spec = {name: raw_spec[name] for name in (features.IMAGE_KEY, label_key)}
+    transform_layer = tf_transform_output.transform_features_layer()
+    label_name = features.transformed_name(label_key)
+    encoded_name = image_preprocessing.ENCODED_IMAGE
+
+    def transform_batch(records):
+        """[batch] serialized raw examples -> ({encoded image: [batch]}, [batch] label ids)."""
+        transformed = transform_layer(tf.io.parse_example(records, parsed_spec))
+        kept = {encoded_name: tf.reshape(transformed[encoded_name], [-1])}
+        return kept, tf.reshape(transformed[label_name], [-1])
+
+    def decode_batch(records):
+        kept, label = transform_batch(records)
+        return image_preprocessing.decode_transformed(kept, image_size), label
+
+    def decode_one(kept, label):
+        return image_preprocessing.decode_transformed_one(kept, image_size), label
+
+    def decoded(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """Records -> decoded (features, label) batches, batch boundaries as they come."""
+        dataset = dataset.batch(batch_size)
+        if not decode_per_element:
+            return dataset.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = dataset.map(transform_batch, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        return dataset.map(decode_one, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+
+    dataset = _records(file_pattern, shuffle, seed)
+    if cache_decoded:
+        # Decoded once, then cached one image per element (shuffled across batches).
+        dataset = decoded(dataset).unbatch().cache()
+        if shuffle:
+            dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
+        if repeat:
+            dataset = dataset.repeat()
+        return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    if cache_records:
+        dataset = dataset.cache()
+    if shuffle:
+        dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
+    if repeat:
+        dataset = dataset.repeat()
+    return decoded(dataset).prefetch(tf.data.AUTOTUNE)
+
+
+def decoded_bytes(num_images: int, image_size: int) -> int:
+    """Memory the decoded images take (float32 pixels, 3 channels): what cache_decoded holds."""
+    return num_images * image_size * image_size * image_preprocessing.CHANNELS * 4

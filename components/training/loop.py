@@ -23,7 +23,7 @@ import tensorflow_transform as tft
 from absl import logging
 
 from components import PROGRESS_LOGGER
-from components.ml import export, inputs, model
+from components.ml import export, image_preprocessing, inputs, model
 from components.training import settings as settings_lib
 from components.training import strategies
 from components.training.settings import TrainingConfig
@@ -39,6 +39,10 @@ progress_log = std_logging.getLogger(PROGRESS_LOGGER)
 # Transformed training shards up to this size (compressed) are cached in memory after the first
 # epoch; larger ones are streamed from disk every epoch.
 CACHE_RECORDS_BELOW_BYTES = 256 * 1024 * 1024
+# Images: a training set whose decoded pixels (float32 at the transformed size) take at most this
+# much memory (per worker) is decoded once and cached after the first epoch; larger ones are
+# read and decoded every epoch (components.ml.inputs.make_image_dataset).
+CACHE_DECODED_IMAGES_BELOW_BYTES = 1024 * 1024 * 1024
 # Written by the chief into the model run directory: final metrics, replicas, first epoch.
 RESULT_FILE = "training_result.json"
 
@@ -156,6 +160,18 @@ def count_records(files: list[str]) -> int:
     )
 
 
+def cache_decoded_images(files: list[str], image_size: int, num_images: int | None = None) -> bool:
+    """Whether the decoded training images fit the in-memory cache (every worker's pipeline reads
+    at most all the files): CACHE_DECODED_IMAGES_BELOW_BYTES. Files larger than that on disk are
+    not counted (an ImageNet-sized set would be read once just to say no)."""
+    if num_images is None:
+        on_disk = sum(tf.io.gfile.stat(path).length for path in files)
+        if on_disk > CACHE_DECODED_IMAGES_BELOW_BYTES:
+            return False
+    count = count_records(files) if num_images is None else num_images
+    return inputs.decoded_bytes(count, image_size) <= CACHE_DECODED_IMAGES_BELOW_BYTES
+
+
 def shard_policy_for(task: TrainTask, num_files: int, num_workers: int):
     """FILE when every worker gets at least one file, else DATA (each worker reads everything
     and keeps its share); a forced FILE with too few files is an error."""
@@ -199,11 +215,16 @@ def train(task: TrainTask) -> dict:
     is_ps = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     num_workers = settings.workers if settings.needs_cluster else 1
 
+    image_size = image_preprocessing.image_size_of(tf_transform_output)
+    num_train = None
     if settings.train_steps:
         epochs, steps_per_epoch = 1, settings.train_steps
     else:
         num_train = count_records(task.train_files)
         epochs, steps_per_epoch = settings.epochs, max(1, math.ceil(num_train / global_batch))
+    cache_decoded = image_size is not None and cache_decoded_images(
+        task.train_files, image_size, num_train
+    )
     shard_policy = shard_policy_for(task, len(task.train_files), num_workers)
     if num_workers > 1 and chief:
         logging.info(
@@ -229,6 +250,7 @@ def train(task: TrainTask) -> dict:
             shuffle=settings.shuffle,
             repeat=True,
             seed=settings.seed,
+            cache_decoded_images=cache_decoded,
         )
 
     if is_ps:

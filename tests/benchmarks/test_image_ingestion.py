@@ -70,7 +70,9 @@ def test_the_target_is_checked_on_further_images_and_the_whole_run_is_reported()
 
 def test_bytes_on_disk_per_image_against_the_source_files():
     runs = measured(22, 28, 5, 8)
-    runs[("pipeline", 4_000)].update(transformed_bytes=4_000 * 21_000, source_bytes=4_000 * 20_000)
+    runs[("pipeline", 4_000)].update(
+        trainer_input_bytes=4_000 * 21_000, source_bytes=4_000 * 20_000
+    )
     *_, size_row, memory = image_ingestion.rows_from(runs, 4_000, 224, 1)
     assert size_row.ratio == pytest.approx(1.05) and size_row.passed is True
     assert "588 KiB" in size_row.note  # 224 x 224 x 3 float32

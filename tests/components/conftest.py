@@ -107,7 +107,8 @@ IMAGE_SIZE = 32
 @pytest.fixture(scope="session")
 def image_transform_run(tmp_path_factory):
     """Analyze + transform 24 small images (JPEG and PNG, mixed sizes, grayscale and RGB) of two
-    classes that differ by brightness, with the image preprocessing_fn."""
+    classes that differ by brightness, with the image preprocessing_fn; "raw_files": the same
+    rows as raw tf.Example shards (what the Trainer reads for images)."""
     import numpy as np
     import tensorflow as tf
 
@@ -141,7 +142,19 @@ def image_transform_run(tmp_path_factory):
             features.IMAGE_SIZE_CONFIG: IMAGE_SIZE,
         },
     )
-    return analyze_and_transform(out, raw, raw_metadata, fn)
+    run = analyze_and_transform(out, raw, raw_metadata, fn)
+    # What the Trainer reads for images: ExampleGen's raw examples (Transform materializes
+    # nothing for images), two gzip shards in the rows' order.
+    from tests.components.helpers import serialize
+
+    raw_dir = out / "raw"
+    raw_dir.mkdir()
+    for shard in range(2):
+        path = str(raw_dir / f"data_tfrecord-{shard:05d}-of-00002.gz")
+        with tf.io.TFRecordWriter(path, "GZIP") as writer:
+            for row in raw[shard * len(raw) // 2 : (shard + 1) * len(raw) // 2]:
+                writer.write(serialize(row))
+    return {**run, "raw_files": os.path.join(str(raw_dir), "data_tfrecord-*.gz")}
 
 
 @pytest.fixture(scope="session")

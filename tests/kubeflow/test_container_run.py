@@ -13,11 +13,10 @@ import subprocess
 import sys
 
 import pytest
-import tensorflow as tf
 import tensorflow_transform as tft
 import yaml
 
-from components.ml import features, image_preprocessing
+from components.ml import features, image_preprocessing, inputs
 from kubeflow import example_gen_driver, run_kubeflow
 from pipeline import datasets, image_data
 
@@ -147,8 +146,9 @@ def test_compiled_image_pipeline_containers_ingest_and_transform_the_digits(tmp_
         ]
 
     # Transform's pod: the examples and the curated schema (as ImportSchemaGen's artifact) in;
-    # the transform graph (which records the resize target) and the encoded bytes out: pixels
-    # are decoded where they are consumed (trainer, evaluator, serving).
+    # the transform graph (label vocabulary, resize target) out and no examples: the Trainer
+    # reads ExampleGen's shards (encoded bytes) through the graph, and decodes them where they
+    # are consumed (trainer, evaluator, serving).
     schema_uri = tmp_path / "schema"
     schema_uri.mkdir()
     shutil.copy(datasets.curated_schema_path(datasets.DIGITS), schema_uri / "schema.pbtxt")
@@ -161,21 +161,20 @@ def test_compiled_image_pipeline_containers_ingest_and_transform_the_digits(tmp_
             "schema": _artifact("schema", "tfx.Schema", str(schema_uri)),
         },
     )
+    assert set(outputs) == {"transform_graph"}
     graph = tft.TFTransformOutput(outputs["transform_graph"][1])
     assert graph.vocabulary_size_by_name(features.LABEL_VOCABULARY) == 10
-    # Transform keeps the encoded image bytes and records the resize target in the transform
-    # graph; decoding them as the trainer and the signatures do gives the scaled pixels.
     assert image_preprocessing.image_size_of(graph) == 32  # --image_size default
-    _, transformed_uri = outputs["transformed_examples"]
+    # The Trainer's input: ExampleGen's shards through the transform graph, decoded.
+    files = sorted(glob.glob(os.path.join(examples_uri, "Split-*", "*")))
+    dataset = inputs.make_dataset(
+        files, graph, features.IMAGE_LABEL_KEY, 64, shuffle=False, repeat=False
+    )
     total = 0
-    for split in ("train", "eval"):
-        files = glob.glob(os.path.join(transformed_uri, f"Split-{split}", "*"))
-        for record in tf.data.TFRecordDataset(files):
-            example = tf.train.Example.FromString(record.numpy())
-            [encoded] = example.features.feature[image_preprocessing.ENCODED_IMAGE].bytes_list.value
-            if total < 20:  # decoding every one would add nothing but time
-                pixels = image_preprocessing.decode_one(tf.constant(encoded), 32).numpy()
-                assert pixels.shape == (32, 32, 3)
-                assert pixels.min() >= 0.0 and 0.0 < pixels.max() <= 1.0
-            total += 1
+    for batch, labels in dataset:
+        pixels = batch[image_preprocessing.ENCODED_IMAGE].numpy()
+        assert pixels.shape[1:] == (32, 32, 3)
+        assert pixels.min() >= 0.0 and 0.0 < pixels.max() <= 1.0
+        assert set(labels.numpy()) <= set(range(10))
+        total += len(labels)
     assert total == 1797

@@ -1,5 +1,5 @@
-"""The image preprocessing in a real tf.Transform run: the transformed shards keep the encoded
-bytes (mixed sizes, grayscale and RGB, JPEG and PNG) and a label vocabulary of class names;
+"""The image preprocessing in a real tf.Transform run: the transform graph's output keeps the
+encoded bytes (mixed sizes, grayscale and RGB, JPEG and PNG) and a label vocabulary of class names;
 decode_transformed gives [size, size, 3] float32 in [0, 1] equal to decode -> resize -> /255."""
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def test_decode_resize_scale_matches_the_reference_steps(images):
 
 
 def test_transform_keeps_encoded_bytes_and_label_ids(image_transform_run):
-    """Transform analyzes (label vocabulary, resize target) and writes the source bytes as they
-    are: no pixels on disk."""
+    """The transform graph analyzes (label vocabulary, resize target) and passes the source
+    bytes through as they are: no pixels, whoever applies it (the pipeline runs it with
+    materialize=False for images; this fixture writes its output to check it)."""
     output = image_transform_run["output"]
     spec = output.transformed_feature_spec()
     assert set(spec) == {image_preprocessing.ENCODED_IMAGE, "class_name_xf"}

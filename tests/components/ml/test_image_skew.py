@@ -2,8 +2,10 @@
 gives equal those of the exported signatures TFMA calls (transform_features for the label and
 features, serving_default on tf.Examples) and of serving_images on raw bytes, on the same images.
 
-The Transform output keeps encoded bytes; decode -> resize -> normalize runs in each consumer
-from the one function image_preprocessing.decode_transformed, which this test holds to that.
+Transform materializes nothing for images: the trainer reads the raw examples (encoded bytes)
+and applies the transform graph, as TFMA and serving do; decode -> resize -> normalize runs in
+each consumer from the one function image_preprocessing.decode_transformed, which this test
+holds to that.
 """
 
 from __future__ import annotations
@@ -29,16 +31,15 @@ def exported(image_transform_run, tmp_path_factory):
     return keras_model, tf.saved_model.load(export_dir)
 
 
-def _trainer_batches(image_transform_run, per_element: bool):
-    """(encoded bytes, pixels, label ids) in file order, through the trainer's make_dataset."""
+def _trainer_batches(image_transform_run, per_element: bool, cache_decoded: bool = False):
+    """(encoded bytes, pixels, label ids) in file order, through the trainer's make_dataset over
+    the raw examples (ExampleGen's shards: Transform materializes nothing for images)."""
     output = image_transform_run["output"]
-    spec = output.transformed_feature_spec()
+    spec = {features.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
     encoded, pixels, labels = [], [], []
-    for path in sorted(tf.io.gfile.glob(image_transform_run["transformed_files"])):
+    for path in sorted(tf.io.gfile.glob(image_transform_run["raw_files"])):
         records = tf.stack(list(tf.data.TFRecordDataset(path, compression_type="GZIP")))
-        encoded.extend(
-            tf.io.parse_example(records, spec)[image_preprocessing.ENCODED_IMAGE].numpy()
-        )
+        encoded.extend(tf.io.parse_example(records, spec)[features.IMAGE_KEY].numpy())
         dataset = inputs.make_dataset(
             path,
             output,
@@ -47,19 +48,25 @@ def _trainer_batches(image_transform_run, per_element: bool):
             shuffle=False,
             repeat=False,
             decode_images_per_element=per_element,
+            cache_decoded_images=cache_decoded,
         )
         for batch, label in dataset:
+            assert set(batch) == {image_preprocessing.ENCODED_IMAGE}
             pixels.append(batch[image_preprocessing.ENCODED_IMAGE].numpy())
             labels.append(label.numpy())
     return encoded, np.concatenate(pixels), np.concatenate(labels)
 
 
-@pytest.mark.parametrize("per_element", [False, True], ids=["on_batches", "per_element"])
+@pytest.mark.parametrize(
+    "per_element, cache_decoded",
+    [(False, False), (True, False), (False, True)],
+    ids=["on_batches", "per_element", "decoded_cache"],
+)
 def test_trainer_tfma_and_serving_see_the_same_pixels_and_predictions(
-    image_transform_run, exported, per_element
+    image_transform_run, exported, per_element, cache_decoded
 ):
     keras_model, loaded = exported
-    encoded, pixels, labels = _trainer_batches(image_transform_run, per_element)
+    encoded, pixels, labels = _trainer_batches(image_transform_run, per_element, cache_decoded)
     assert pixels.shape == (len(image_transform_run["raw"]), SIZE, SIZE, 3)
     trainer_probabilities = keras_model(
         {image_preprocessing.ENCODED_IMAGE: pixels}, training=False
@@ -94,3 +101,35 @@ def test_trainer_tfma_and_serving_see_the_same_pixels_and_predictions(
     for data, got in zip(encoded, pixels, strict=True):
         reference = tf.image.resize(tf.io.decode_image(data, channels=3), [SIZE, SIZE]) / 255.0
         np.testing.assert_allclose(got, np.clip(reference.numpy(), 0, 1), atol=1e-6)
+
+
+def test_decoded_cache_gives_the_same_batches_on_every_epoch(image_transform_run):
+    """The decoded cache (the Trainer's choice when the decoded images fit in memory): the
+    second pass comes from the cache and equals the first, pixels and labels."""
+    dataset = inputs.make_dataset(
+        image_transform_run["raw_files"],
+        image_transform_run["output"],
+        features.IMAGE_LABEL_KEY,
+        7,
+        shuffle=False,
+        repeat=False,
+        cache_decoded_images=True,
+    )
+    first, second = (
+        [(b[image_preprocessing.ENCODED_IMAGE].numpy(), y.numpy()) for b, y in dataset]
+        for _ in range(2)
+    )
+    assert sum(len(y) for _, y in first) == len(image_transform_run["raw"])
+    for (pixels_a, labels_a), (pixels_b, labels_b) in zip(first, second, strict=True):
+        np.testing.assert_array_equal(pixels_a, pixels_b)
+        np.testing.assert_array_equal(labels_a, labels_b)
+
+
+def test_the_trainer_caches_decoded_images_only_when_they_fit(image_transform_run):
+    from components.training import loop
+
+    files = sorted(tf.io.gfile.glob(image_transform_run["raw_files"]))
+    assert loop.cache_decoded_images(files, SIZE)  # 24 images: a few hundred KB of pixels
+    fits = loop.CACHE_DECODED_IMAGES_BELOW_BYTES // inputs.decoded_bytes(1, 224)
+    assert loop.cache_decoded_images(files, 224, num_images=fits)
+    assert not loop.cache_decoded_images(files, 224, num_images=fits + 1)

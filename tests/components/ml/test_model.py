@@ -105,7 +105,7 @@ def _train_image_model(image_transform_run, image_model: str):
     output = image_transform_run["output"]
     strategy = strategies.make_strategy("mirrored")
     dataset = inputs.make_dataset(
-        image_transform_run["transformed_files"],
+        image_transform_run["raw_files"],
         output,
         features.IMAGE_LABEL_KEY,
         8,
