@@ -172,18 +172,25 @@ def cache_decoded_images(files: list[str], image_size: int, num_images: int | No
     return inputs.decoded_bytes(count, image_size) <= CACHE_DECODED_IMAGES_BELOW_BYTES
 
 
-def shard_policy_for(task: TrainTask, num_files: int, num_workers: int):
+def shard_policy_for(task: TrainTask, num_files: int, num_workers: int, images: bool = False):
     """FILE when every worker gets at least one file, else DATA (each worker reads everything
-    and keeps its share); a forced FILE with too few files is an error."""
+    and keeps its share); a forced FILE with too few files is an error. images: the Trainer
+    reads ExampleGen's shards (Transform writes none for images), so the error names
+    --example_shards."""
     policy = tf.data.experimental.AutoShardPolicy
     if task.settings.shard_policy == "data":
         return policy.DATA
     if task.settings.shard_policy == "file":
         if num_files < num_workers:
+            more = (
+                "ExampleGen shards (--example_shards)"
+                if images
+                else "Transform shards (--transform_shards)"
+            )
             raise ValueError(
                 f"shard_policy 'file' needs at least as many files as workers: {num_files} "
-                f"file(s) for {num_workers} worker(s); write more Transform shards "
-                "(--transform_shards) or use shard_policy 'data'"
+                f"file(s) for {num_workers} worker(s); write more {more} or use shard_policy "
+                "'data'"
             )
         return policy.FILE
     return policy.FILE if num_files >= num_workers else policy.DATA
@@ -225,7 +232,9 @@ def train(task: TrainTask) -> dict:
     cache_decoded = image_size is not None and cache_decoded_images(
         task.train_files, image_size, num_train
     )
-    shard_policy = shard_policy_for(task, len(task.train_files), num_workers)
+    shard_policy = shard_policy_for(
+        task, len(task.train_files), num_workers, images=image_size is not None
+    )
     if num_workers > 1 and chief:
         logging.info(
             "Input sharding across %d worker(s): %s (%d file(s))",

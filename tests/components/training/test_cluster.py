@@ -71,8 +71,12 @@ def test_shard_policy_choice():
     assert training.shard_policy_for(make_task(), num_files=4, num_workers=2) == policy.FILE
     assert training.shard_policy_for(make_task(), num_files=1, num_workers=2) == policy.DATA
     assert training.shard_policy_for(make_task(shard_policy="data"), 8, 2) == policy.DATA
-    with pytest.raises(ValueError, match="needs at least as many files as workers: 1 file"):
+    with pytest.raises(ValueError, match="needs at least as many files as workers: 1 file") as e:
         training.shard_policy_for(make_task(shard_policy="file"), num_files=1, num_workers=2)
+    assert "--transform_shards" in str(e.value)
+    # Images: the Trainer reads ExampleGen's shards, so the flag to raise is ExampleGen's.
+    with pytest.raises(ValueError, match=r"more ExampleGen shards \(--example_shards\)"):
+        training.shard_policy_for(make_task(shard_policy="file"), 1, 2, images=True)
 
 
 def test_task_round_trips_through_json(tmp_path):
