@@ -14,8 +14,6 @@ Writers:
   file, <prefix>-0000i-of-0000N<suffix>; where the runner splits the write into B bundles (worker
   processes, a cluster) shard i is B parts, <prefix>-0000i-of-0000N.part-0000b-of-0000B<suffix>.
 - StreamBatchesToTFRecord (image Transform): one stream, files as the runner's bundles fall.
-- WriteBatchesToTFRecord: exactly N files, grouped by shard (a GroupByKey holds every record of
-  the split in the runner's memory: for small data and tests only).
 
 The reader turns each input file into Arrow RecordBatches with TensorFlow's C++ record reader and
 tfx_bsl's C++ decoder. Readers glob the split folder, so the names above are all read alike.
@@ -23,115 +21,14 @@ tfx_bsl's C++ decoder. Readers glob the split folder, so the names above are all
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
 import google_crc32c
 from apache_beam.io import filebasedsink
-
-
-def shard_path(prefix: str, index: int, num_shards: int, suffix: str) -> str:
-    return f"{prefix}-{index:05d}-of-{num_shards:05d}{suffix}"
-
-
-class _SplitIntoShards(beam.DoFn):
-    """A list of records -> (shard, records) for each shard, records dealt out in turn.
-
-    Dealing round-robin from a per-batch offset keeps shards within one record of each other
-    per batch, and the assignment depends only on the input (deterministic output)."""
-
-    def __init__(self, num_shards: int):
-        self._num_shards = num_shards
-
-    def process(self, records: Sequence[bytes]):
-        if not records:
-            return
-        # Small batches start at a shard picked from their content, so that many small batches
-        # do not all land in shard 0.
-        offset = zlib.crc32(records[0]) % self._num_shards if len(records) < self._num_shards else 0
-        for shard in range(self._num_shards):
-            start = (shard - offset) % self._num_shards
-            chunk = records[start :: self._num_shards]
-            if chunk:
-                yield shard, chunk
-
-
-class _WriteShard(beam.DoFn):
-    def __init__(self, prefix: str, num_shards: int, suffix: str, compression: str):
-        self._prefix = prefix
-        self._num_shards = num_shards
-        self._suffix = suffix
-        self._compression = compression
-
-    def process(self, shard_and_chunks):
-        import tensorflow as tf
-
-        shard, chunks = shard_and_chunks
-        # Chunks of one shard in a stable order whatever order the runner delivers them in.
-        chunks = sorted(chunks, key=lambda chunk: (len(chunk), chunk[0]))
-        path = shard_path(self._prefix, shard, self._num_shards, self._suffix)
-        tf.io.gfile.makedirs(os.path.dirname(path))
-        options = tf.io.TFRecordOptions(compression_type=self._compression)
-        count = 0
-        with tf.io.TFRecordWriter(path, options) as writer:
-            for chunk in chunks:
-                for record in chunk:
-                    writer.write(record)
-                count += len(chunk)
-        yield path, count
-
-
-class _EnsureEmptyShards(beam.DoFn):
-    """Writes an empty file for every shard that received no record (a split can be small)."""
-
-    def __init__(self, prefix: str, num_shards: int, suffix: str, compression: str):
-        self._prefix = prefix
-        self._num_shards = num_shards
-        self._suffix = suffix
-        self._compression = compression
-
-    def process(self, _, written: Iterable):
-        import tensorflow as tf
-
-        present = {path for path, _ in written}
-        options = tf.io.TFRecordOptions(compression_type=self._compression)
-        for shard in range(self._num_shards):
-            path = shard_path(self._prefix, shard, self._num_shards, self._suffix)
-            if path not in present:
-                tf.io.gfile.makedirs(os.path.dirname(path))
-                with tf.io.TFRecordWriter(path, options):
-                    pass
-        yield len(present)
-
-
-@beam.ptransform_fn
-def WriteBatchesToTFRecord(  # noqa: N802 (Beam PTransform naming)
-    batches,
-    prefix: str,
-    num_shards: int,
-    suffix: str = ".gz",
-    compression: str = "GZIP",
-):
-    """PCollection of lists of serialized records -> `num_shards` TFRecord files."""
-    written = (
-        batches
-        | "SplitIntoShards" >> beam.ParDo(_SplitIntoShards(num_shards))
-        | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShard" >> beam.ParDo(_WriteShard(prefix, num_shards, suffix, compression))
-    )
-    return (
-        batches.pipeline
-        | "Once" >> beam.Create([None])
-        | "EnsureEmptyShards"
-        >> beam.ParDo(
-            _EnsureEmptyShards(prefix, num_shards, suffix, compression),
-            beam.pvalue.AsList(written),
-        )
-    )
 
 
 def _masked_crc32c(data: bytes) -> int:
@@ -230,12 +127,27 @@ def StreamBatchesToTFRecord(  # noqa: N802 (Beam PTransform naming)
     return batches | "Write" >> beam.io.Write(_TFRecordBatchSink(prefix, suffix, 0, compression))
 
 
-class _DealIntoShards(_SplitIntoShards):
-    """A list of records -> for each shard a list of its records, as output tag str(shard)."""
+class _DealIntoShards(beam.DoFn):
+    """A list of records -> for each shard a list of its records (output tag str(shard)), the
+    records dealt out in turn.
+
+    Dealing round-robin from a per-batch offset keeps shards within one record of each other
+    per batch, and the assignment depends only on the input (deterministic output)."""
+
+    def __init__(self, num_shards: int):
+        self._num_shards = num_shards
 
     def process(self, records: Sequence[bytes]):
-        for shard, chunk in super().process(records):
-            yield beam.pvalue.TaggedOutput(str(shard), chunk)
+        if not records:
+            return
+        # Small batches start at a shard picked from their content, so that many small batches
+        # do not all land in shard 0.
+        offset = zlib.crc32(records[0]) % self._num_shards if len(records) < self._num_shards else 0
+        for shard in range(self._num_shards):
+            start = (shard - offset) % self._num_shards
+            chunk = records[start :: self._num_shards]
+            if chunk:
+                yield beam.pvalue.TaggedOutput(str(shard), chunk)
 
 
 @beam.ptransform_fn
