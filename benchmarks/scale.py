@@ -152,11 +152,12 @@ def input_pipeline_rate(transformed_examples: str, transform_graph: str, batch: 
     import tensorflow as tf
     import tensorflow_transform as tft
 
-    from components.ml import model
+    from components.ml import inputs, model
+    from pipeline import synth_data
 
     output = tft.TFTransformOutput(transform_graph)
     files = sorted(glob.glob(os.path.join(transformed_examples, "Split-train", "*.gz")))
-    dataset = model.make_dataset(
+    dataset = inputs.make_dataset(
         files, output, synth_data.SYNTH_LABEL_KEY, batch, shuffle=True, repeat=True, seed=1
     )
     steps = 400

@@ -33,6 +33,7 @@ from benchmarks import common
 
 FULL_IMAGES = 5_000
 QUICK_IMAGES = 1_000
+QUICK_STEPS = 30
 BATCH = 64
 INPUT_TARGET = 1.0
 INPUT_BOUND_TARGET = 1.10
@@ -228,6 +229,9 @@ def run(
     from benchmarks import image_ingestion
 
     images = images or (QUICK_IMAGES if quick else FULL_IMAGES)
+    if quick:
+        # --quick (benchmarks all under 10 minutes): half the timed steps, no MobileNetV2 at 224.
+        steps, mobilenet = min(steps, QUICK_STEPS), False
     work_dir = work_dir or tempfile.mkdtemp(prefix="training-input-")
     data_dir = image_ingestion.synth_images(work_dir, images)
     print(f"  training_input: {images:,} JPEGs, Transform at {SMALL_CNN_SIZE}px ...", flush=True)

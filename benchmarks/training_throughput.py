@@ -58,12 +58,12 @@ def input_bound_ratio(examples_uri: str, transform_graph: str, steps: int, round
     import tensorflow as tf
     import tensorflow_transform as tft
 
-    from components.ml import model
+    from components.ml import inputs, model
 
     output = tft.TFTransformOutput(transform_graph)
     files = sorted(glob.glob(os.path.join(examples_uri, "Split-train", "*.gz")))
     # The dataset the Trainer builds for these shards (small: records cached after epoch 1).
-    real = model.make_dataset(
+    real = inputs.make_dataset(
         files,
         output,
         "species",
