@@ -211,30 +211,16 @@ def bad_data(
 def measure(data_dir: str, work_dir: str, rows: int) -> dict:
     from pipeline import mlmd_read
 
-    name = f"scale-bad-input-{rows}"
-    root = common.fresh_output(os.path.join(work_dir, f"bad-{rows}"))
-    command = [common.PYTHON, "pipeline/run_local.py", "--data", data_dir, "--label", "label"]
-    command += ["--schema", os.path.join("schemas", "synth", "schema.pbtxt")]
-    command += ["--output_root", root, "--pipeline_name", name]
-    command += ["--max_rejected_fraction", str(MAX_REJECTED_FRACTION)]
-    command += ["--train_steps", str(scale_memory.TRAIN_STEPS)]
-    command += ["--eval_steps", str(scale_memory.EVAL_STEPS)]
-    result = common.run_measured(
-        command,
-        env=common.child_env(),
-        log_path=os.path.join(work_dir, f"bad-{rows}.log"),
-        ok_codes=scale_memory.COMPLETE_EXIT_CODES,
+    result, pipeline_dir = scale_memory.run_pipeline(
+        data_dir,
+        work_dir,
+        f"bad-{rows}",
+        f"scale-bad-input-{rows}",
+        ("--max_rejected_fraction", str(MAX_REJECTED_FRACTION)),
     )
-    db = mlmd_read.Store(mlmd_read.open_store(os.path.join(root, name, "metadata.sqlite")))
-    seconds, examples = {}, None
-    for execution in db.store.get_executions():
-        node = db.node_of(execution)
-        seconds[node] = (
-            execution.last_update_time_since_epoch - execution.create_time_since_epoch
-        ) / 1000
-        if node == "CsvExampleGen":
-            [examples] = db.outputs_by_type(execution.id)["Examples"]
-    assert examples is not None, "no CsvExampleGen execution in MLMD"
+    db, executions, seconds = common.component_executions(pipeline_dir)
+    assert "CsvExampleGen" in executions, "no CsvExampleGen execution in MLMD"
+    [examples] = db.outputs_by_type(executions["CsvExampleGen"].id)["Examples"]
     listing_uri = mlmd_read.custom_value(examples, "rejected_rows_uri")
     return {
         "rows": rows,

@@ -33,28 +33,35 @@ EVAL_STEPS = 50
 COMPLETE_EXIT_CODES = (0, 3)
 
 
-def measure(data_dir: str, work_dir: str, rows: int) -> dict:
-    from pipeline import mlmd_read
-
-    root = common.fresh_output(os.path.join(work_dir, f"whole-{rows}"))
+def run_pipeline(
+    data_dir: str, work_dir: str, tag: str, name: str, extra_args: tuple[str, ...] = ()
+) -> tuple[common.ProcessResult, str]:
+    """`run_local.py` on synthetic CSV in a fresh process, uncached (a fresh output root under
+    work_dir/tag), bounded training and evaluation steps, measured: (the process's result, the
+    pipeline's folder, which holds metadata.sqlite)."""
+    root = common.fresh_output(os.path.join(work_dir, tag))
     command = [common.PYTHON, "pipeline/run_local.py", "--data", data_dir, "--label", "label"]
     command += ["--schema", os.path.join("schemas", "synth", "schema.pbtxt")]
-    command += ["--output_root", root, "--pipeline_name", f"scale-memory-{rows}"]
+    command += ["--output_root", root, "--pipeline_name", name]
     command += ["--train_steps", str(TRAIN_STEPS), "--eval_steps", str(EVAL_STEPS)]
     result = common.run_measured(
-        command,
+        command + list(extra_args),
         env=common.child_env(),
-        log_path=os.path.join(work_dir, f"whole-{rows}.log"),
+        log_path=os.path.join(work_dir, f"{tag}.log"),
         ok_codes=COMPLETE_EXIT_CODES,
     )
-    store_path = os.path.join(root, f"scale-memory-{rows}", "metadata.sqlite")
-    db = mlmd_read.Store(mlmd_read.open_store(store_path))
+    return result, os.path.join(root, name)
+
+
+def measure(data_dir: str, work_dir: str, rows: int) -> dict:
+    result, pipeline_dir = run_pipeline(data_dir, work_dir, f"whole-{rows}", f"scale-memory-{rows}")
+    _, executions, seconds = common.component_executions(pipeline_dir)
     components = {}
-    for execution in db.store.get_executions():
+    for name, execution in executions.items():
         start = execution.create_time_since_epoch / 1000
         end = execution.last_update_time_since_epoch / 1000
-        components[db.node_of(execution)] = {
-            "seconds": round(end - start, 1),
+        components[name] = {
+            "seconds": round(seconds[name], 1),
             "peak_mib": round(result.peak_between(start, end) / 2**20),
         }
     return {
