@@ -89,9 +89,7 @@ class _PlanRanges(beam.DoFn):
         stat = fileio.stat(path)
         size = getattr(stat, "length", None)
         size = stat.st_size if size is None else size
-        if size <= self._range_bytes:
-            yield csv_reader.FileRange(path)
-            return
+        # plan_ranges reads nothing of a file no larger than one range.
         with fileio.open(path, "rb") as handle:
             yield from csv_reader.plan_ranges(path, size, handle, self._range_bytes)
 
