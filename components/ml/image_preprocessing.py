@@ -10,11 +10,17 @@ ExampleGen's own work). The graph records the resize target (a one-entry vocabul
 open-source tf.Transform builds have no schema annotations), so that every consumer reads the
 same size from it.
 
-decode -> resize to image_size square (bilinear) -> scale to [0, 1] is one function,
-`decode_transformed`, applied to the transform graph's output by the three consumers: the
+decode -> resize to image_size square (bilinear, rounded to 8 bits) -> scale to [0, 1] is one
+function, `decode_transformed`, applied to the transform graph's output by the three consumers: the
 trainer's tf.data pipeline (components.ml.inputs), and the exported signatures that TFMA and
 serving call (components.ml.export). Grayscale and RGB files mix: decoding always gives 3
-channels.
+channels. The trainer runs its two halves apart (resize_transformed[_one], then
+normalize_transformed on batches), so that it can batch and cache 8-bit pixels; composed they
+are decode_transformed, bit for bit.
+
+A JPEG at least twice the target on its shorter side is decoded at reduced scale (libjpeg's DCT
+scaling, chosen from its header per image): fewer pixels out of the inverse DCT and less to
+resize, for the same target size (benchmarks/training_input.py measures the CPU it saves).
 """
 
 from __future__ import annotations
@@ -31,19 +37,63 @@ IMAGE_SIZE_ASSET = "image_size"
 ENCODED_IMAGE = features.transformed_name(features.IMAGE_KEY)
 
 
-def decode_one(image_bytes: tf.Tensor, image_size: int) -> tf.Tensor:
-    """One encoded image (scalar string) -> [size, size, 3] float32 in [0, 1]."""
-    image = tf.io.decode_image(image_bytes, channels=CHANNELS, expand_animations=False)
-    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
-    return tf.clip_by_value(image / 255.0, 0.0, 1.0)
+# libjpeg's DCT scaling factors: a JPEG decodes directly at 1/r of its size.
+JPEG_SCALES = (1, 2, 4, 8)
+
+
+def jpeg_scale_index(image_bytes: tf.Tensor, image_size: int) -> tf.Tensor:
+    """Index into JPEG_SCALES of the largest factor r with r * image_size <= the JPEG's shorter
+    side (so that the scaled image still covers the target), read from its header alone."""
+    shortest = tf.reduce_min(tf.image.extract_jpeg_shape(image_bytes)[:2])
+    return tf.add_n([tf.cast(shortest >= r * image_size, tf.int32) for r in JPEG_SCALES[1:]])
+
+
+def decode_pixels(image_bytes: tf.Tensor, image_size: int) -> tf.Tensor:
+    """One encoded image (scalar string) -> [height, width, 3] uint8, decoded by its content
+    (not its file name). A JPEG at least twice image_size on its shorter side decodes at 1/2,
+    1/4 or 1/8 scale (libjpeg's DCT scaling: every coefficient is still entropy-decoded, the
+    inverse DCT produces fewer pixels), never below image_size, so the resize that follows
+    only shrinks; PNG and the rest decode at full size."""
+
+    def jpeg() -> tf.Tensor:
+        index = jpeg_scale_index(image_bytes, image_size)
+        return tf.switch_case(
+            index,
+            [
+                lambda r=r: tf.io.decode_jpeg(image_bytes, channels=CHANNELS, ratio=r)
+                for r in JPEG_SCALES
+            ],
+        )
+
+    def other() -> tf.Tensor:
+        return tf.io.decode_image(image_bytes, channels=CHANNELS, expand_animations=False)
+
+    return tf.cond(tf.io.is_jpeg(image_bytes), jpeg, other)
+
+
+def resize_pixels(pixels: tf.Tensor, image_size: int) -> tf.Tensor:
+    """[height, width, 3] uint8 -> [size, size, 3] uint8: bilinear, rounded to the nearest
+    level. Kept as 8 bits so that a cache of resized images holds a quarter of float32's bytes."""
+    image = tf.image.resize(pixels, [image_size, image_size], method="bilinear")
+    return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+
+
+def normalize(pixels: tf.Tensor) -> tf.Tensor:
+    """uint8 pixels (any shape) -> float32 in [0, 1]: the model's input."""
+    return tf.cast(pixels, tf.float32) / 255.0
+
+
+def decode_resized(image_bytes: tf.Tensor, image_size: int) -> tf.Tensor:
+    """One encoded image (scalar string) -> [size, size, 3] uint8."""
+    return resize_pixels(decode_pixels(image_bytes, image_size), image_size)
 
 
 def decode_and_resize(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
-    """[batch] encoded images -> [batch, size, size, 3] float32 in [0, 1]."""
+    """[batch] encoded images -> [batch, size, size, 3] uint8."""
     return tf.map_fn(
-        lambda image_bytes: decode_one(image_bytes, image_size),
+        lambda image_bytes: decode_resized(image_bytes, image_size),
         encoded,
-        fn_output_signature=tf.TensorSpec([image_size, image_size, CHANNELS], tf.float32),
+        fn_output_signature=tf.TensorSpec([image_size, image_size, CHANNELS], tf.uint8),
         parallel_iterations=32,
     )
 
@@ -57,21 +107,34 @@ def image_size_of(tf_transform_output: tft.TFTransformOutput) -> int | None:
     return int(size)
 
 
-def decode_transformed(transformed: dict, image_size: int) -> dict:
-    """The transform graph's output (encoded image bytes) -> the model's input (pixels): the
-    one decode -> resize -> normalize that training, evaluation and serving apply."""
+def _encoded(transformed: dict) -> tf.Tensor:
     encoded = transformed[ENCODED_IMAGE]
     if encoded.dtype != tf.string:
         raise TypeError(f"{ENCODED_IMAGE!r} is {encoded.dtype.name}, expected encoded bytes")
-    return {**transformed, ENCODED_IMAGE: decode_and_resize(tf.reshape(encoded, [-1]), image_size)}
+    return encoded
 
 
-def decode_transformed_one(transformed: dict, image_size: int) -> dict:
-    """decode_transformed for one example (scalar image bytes), for a map before batching."""
-    return {
-        **transformed,
-        ENCODED_IMAGE: decode_one(tf.reshape(transformed[ENCODED_IMAGE], []), image_size),
-    }
+def decode_transformed(transformed: dict, image_size: int) -> dict:
+    """The transform graph's output (encoded image bytes) -> the model's input (pixels): the
+    one decode -> resize -> normalize that training, evaluation and serving apply."""
+    return normalize_transformed(resize_transformed(transformed, image_size))
+
+
+def resize_transformed(transformed: dict, image_size: int) -> dict:
+    """decode_transformed's first two steps, on a batch: [batch] encoded -> uint8 pixels."""
+    encoded = tf.reshape(_encoded(transformed), [-1])
+    return {**transformed, ENCODED_IMAGE: decode_and_resize(encoded, image_size)}
+
+
+def resize_transformed_one(transformed: dict, image_size: int) -> dict:
+    """resize_transformed for one example (scalar image bytes), for a map before batching."""
+    encoded = tf.reshape(_encoded(transformed), [])
+    return {**transformed, ENCODED_IMAGE: decode_resized(encoded, image_size)}
+
+
+def normalize_transformed(resized: dict) -> dict:
+    """decode_transformed's last step: uint8 pixels (one image or a batch) -> float32 [0, 1]."""
+    return {**resized, ENCODED_IMAGE: normalize(resized[ENCODED_IMAGE])}
 
 
 @tf.autograph.experimental.do_not_convert

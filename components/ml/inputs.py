@@ -103,7 +103,8 @@ def make_image_dataset(
     """ExampleGen's image shards (raw tf.Examples: encoded bytes, class name, ...) -> (pixels,
     label id) batches, through the same two steps TFMA and serving apply: the transform graph
     (tft's TransformFeaturesLayer: label vocabulary) and image_preprocessing.decode_transformed
-    (decode -> resize -> normalize).
+    (decode -> resize -> normalize), whose resize and normalize halves run apart: images are
+    batched (and cached) as 8-bit pixels and each batch is normalized in one op.
 
     Only the image and the label are parsed, and the transform graph runs on batches of records
     (one vectorized parse and one graph call per batch). decode_per_element (the default) then
@@ -113,8 +114,9 @@ def make_image_dataset(
     (benchmarks/training_input.py measures both).
 
     cache_decoded (when the decoded images fit in memory: decoded_bytes): the first pass decodes
-    and keeps the pixels; later epochs shuffle and batch them without reading or decoding. On a
-    CPU that also runs the model, the decode otherwise competes with every training step.
+    and keeps the 8-bit pixels; later epochs shuffle and batch them without reading or
+    decoding. On a CPU that also runs the model, the decode otherwise competes with every
+    training step.
     """
     image_size = image_preprocessing.image_size_of(tf_transform_output)
     if not image_size:
@@ -131,39 +133,48 @@ def make_image_dataset(
         kept = {encoded_name: tf.reshape(transformed[encoded_name], [-1])}
         return kept, tf.reshape(transformed[label_name], [-1])
 
-    def decode_batch(records):
+    def resize_batch(records):
         kept, label = transform_batch(records)
-        return image_preprocessing.decode_transformed(kept, image_size), label
+        return image_preprocessing.resize_transformed(kept, image_size), label
 
-    def decode_one(kept, label):
-        return image_preprocessing.decode_transformed_one(kept, image_size), label
+    def resize_one(kept, label):
+        return image_preprocessing.resize_transformed_one(kept, image_size), label
 
-    def decoded(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """Records -> decoded (features, label) batches, batch boundaries as they come."""
+    def normalize_batch(resized, label):
+        return image_preprocessing.normalize_transformed(resized), label
+
+    def resized(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """Records -> batches of resized uint8 images with their labels."""
         dataset = dataset.batch(batch_size)
         if not decode_per_element:
-            return dataset.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+            return dataset.map(resize_batch, num_parallel_calls=tf.data.AUTOTUNE)
         dataset = dataset.map(transform_batch, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-        return dataset.map(decode_one, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+        return dataset.map(resize_one, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+
+    def normalized(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        dataset = dataset.map(normalize_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        return dataset.prefetch(tf.data.AUTOTUNE)
 
     dataset = _records(file_pattern, shuffle, seed)
     if cache_decoded:
-        # Decoded once, then cached one image per element (shuffled across batches).
-        dataset = decoded(dataset).unbatch().cache()
+        # Decoded once, then cached as 8-bit pixels one image per element (shuffled across
+        # batches); each batch is normalized as it leaves the cache.
+        dataset = resized(dataset).unbatch().cache()
         if shuffle:
             dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
         if repeat:
             dataset = dataset.repeat()
-        return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+        return normalized(dataset.batch(batch_size))
     if cache_records:
         dataset = dataset.cache()
     if shuffle:
         dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
     if repeat:
         dataset = dataset.repeat()
-    return decoded(dataset).prefetch(tf.data.AUTOTUNE)
+    return normalized(resized(dataset))
 
 
 def decoded_bytes(num_images: int, image_size: int) -> int:
-    """Memory the decoded images take (float32 pixels, 3 channels): what cache_decoded holds."""
-    return num_images * image_size * image_size * image_preprocessing.CHANNELS * 4
+    """Memory the decoded images take (8-bit pixels at the transformed size, 3 channels): what
+    cache_decoded holds."""
+    return num_images * image_size * image_size * image_preprocessing.CHANNELS

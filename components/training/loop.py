@@ -39,7 +39,7 @@ progress_log = std_logging.getLogger(PROGRESS_LOGGER)
 # Transformed training shards up to this size (compressed) are cached in memory after the first
 # epoch; larger ones are streamed from disk every epoch.
 CACHE_RECORDS_BELOW_BYTES = 256 * 1024 * 1024
-# Images: a training set whose decoded pixels (float32 at the transformed size) take at most this
+# Images: a training set whose decoded pixels (8 bits at the transformed size) take at most this
 # much memory (per worker) is decoded once and cached after the first epoch; larger ones are
 # read and decoded every epoch (components.ml.inputs.make_image_dataset).
 CACHE_DECODED_IMAGES_BELOW_BYTES = 1024 * 1024 * 1024

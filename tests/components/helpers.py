@@ -97,3 +97,25 @@ def shards_of(files) -> list[str]:
     """The shards that files are (or are parts of): data_tfrecord-00001-of-00003[.part-...].gz
     -> data_tfrecord-00001-of-00003 (bulk_tfrecord.StreamBatchesToShards)."""
     return sorted({os.path.basename(f).split(".")[0] for f in files})
+
+
+def reference_pixels(data: bytes, size: int):
+    """The model's input for one encoded image, computed apart from the project's function:
+    Pillow picks the JPEG's DCT scale (draft() asks libjpeg for the largest 1/8..1 scale that
+    keeps both sides >= size), TensorFlow decodes at that scale (PNG at full size), resizes
+    bilinearly, rounds to 8 bits and divides by 255."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data))
+    if image.format != "JPEG":
+        pixels = tf.io.decode_image(data, channels=3, expand_animations=False)
+    else:
+        full = image.size
+        image.draft(image.mode, (size, size))
+        (scale,) = [s for s in (1, 2, 4, 8) if image.size == tuple(-(-d // s) for d in full)][:1]
+        pixels = tf.io.decode_jpeg(data, channels=3, ratio=scale)
+    resized = tf.image.resize(pixels, [size, size], method="bilinear").numpy()
+    return np.clip(np.round(resized), 0, 255) / 255.0
