@@ -67,12 +67,7 @@ def make_dataset(
         label = batch.pop(label_name)
         return batch, label
 
-    if cache_records:
-        dataset = dataset.cache()
-    if shuffle:
-        dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
-    if repeat:
-        dataset = dataset.repeat()
+    dataset = _epochs(dataset, batch_size, shuffle, repeat, seed, cache=cache_records)
     dataset = dataset.batch(batch_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
@@ -85,6 +80,18 @@ def _records(file_pattern, shuffle: bool, seed: int | None) -> tf.data.Dataset:
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=not shuffle,
     )
+
+
+def _epochs(dataset, batch_size: int, shuffle: bool, repeat: bool, seed, cache: bool):
+    """Elements -> the epochs the model reads: cached after the first pass (cache), shuffled
+    within 10 batches' worth (shuffle: reshuffled each epoch), repeated (repeat)."""
+    if cache:
+        dataset = dataset.cache()
+    if shuffle:
+        dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset
 
 
 def make_image_dataset(
@@ -159,18 +166,9 @@ def make_image_dataset(
     if cache_decoded:
         # Decoded once, then cached as 8-bit pixels one image per element (shuffled across
         # batches); each batch is normalized as it leaves the cache.
-        dataset = resized(dataset).unbatch().cache()
-        if shuffle:
-            dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
-        if repeat:
-            dataset = dataset.repeat()
+        dataset = _epochs(resized(dataset).unbatch(), batch_size, shuffle, repeat, seed, cache=True)
         return normalized(dataset.batch(batch_size))
-    if cache_records:
-        dataset = dataset.cache()
-    if shuffle:
-        dataset = dataset.shuffle(buffer_size=10 * batch_size, seed=seed)
-    if repeat:
-        dataset = dataset.repeat()
+    dataset = _epochs(dataset, batch_size, shuffle, repeat, seed, cache=cache_records)
     return normalized(resized(dataset))
 
 

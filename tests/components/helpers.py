@@ -115,7 +115,7 @@ def reference_pixels(data: bytes, size: int):
     else:
         full = image.size
         image.draft(image.mode, (size, size))
-        (scale,) = [s for s in (1, 2, 4, 8) if image.size == tuple(-(-d // s) for d in full)][:1]
+        scale = next(s for s in (1, 2, 4, 8) if image.size == tuple(-(-d // s) for d in full))
         pixels = tf.io.decode_jpeg(data, channels=3, ratio=scale)
     resized = tf.image.resize(pixels, [size, size], method="bilinear").numpy()
     return np.clip(np.round(resized), 0, 255) / 255.0
