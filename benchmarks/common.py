@@ -249,3 +249,33 @@ def component_executions(root: str) -> tuple:
             execution.last_update_time_since_epoch - execution.create_time_since_epoch
         ) / 1000
     return db, executions, seconds
+
+
+def alternate_fit_rounds(
+    models: dict, datasets: dict, steps: int, rounds: int, warm: int, during=None
+):
+    """Keras fit() of each named model on its dataset, the names alternating for `rounds`
+    rounds; each timed fit of `steps` steps follows an untimed one of `warm` steps. during: a
+    name -> context manager factory entered around that name's timed fits. Returns (wall, cpu):
+    per name, the milliseconds per step of every round, wall clock and process CPU.
+
+    Rounds alternate and callers keep each name's fastest: on a shared machine the minimum is
+    the measurement least disturbed by other load, and on these 2-vCPU machines TensorFlow runs
+    a whole fit() call either with both cores busy or with the process idle about 40 % of the
+    time (the same CPU seconds in ~1.6x the wall time; with one constant in-memory batch as the
+    input too), so one round per name can compare two modes. CPU time does not depend on the
+    mode."""
+    import contextlib
+
+    wall: dict[str, list] = {name: [] for name in datasets}
+    cpu: dict[str, list] = {name: [] for name in datasets}
+    for _ in range(rounds):
+        for name, dataset in datasets.items():
+            models[name].fit(dataset, steps_per_epoch=warm, epochs=1, verbose=0)
+            context = during[name]() if during and name in during else contextlib.nullcontext()
+            with context:
+                started, cpu_started = time.monotonic(), time.process_time()
+                models[name].fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+                wall[name].append(1000 * (time.monotonic() - started) / steps)
+                cpu[name].append(1000 * (time.process_time() - cpu_started) / steps)
+    return wall, cpu

@@ -202,28 +202,20 @@ def input_bound(
                 image_model=image_model,
                 jit_compile=jit_compile,
             )
-    # Wall and process CPU seconds of every timed round; the fastest round of each is kept. On
-    # this 2-vCPU machine TensorFlow runs a whole fit() call either with both cores busy or
-    # with the process idle about 40 % of the time (the same CPU seconds in ~1.6x the wall
-    # time; with one constant in-memory batch as the input too), so a ratio of two single
-    # rounds can mix the two modes. CPU seconds (what the real input adds to the model's own
-    # work) do not depend on the mode.
-    wall: dict[str, list] = {"synthetic": [], "real": []}
-    cpu: dict[str, list] = {"synthetic": [], "real": []}
     warm = max(2, min(10, steps // 4))
     if cache_decoded:
         # The first pass decodes into the cache: the Trainer's first epoch, not measured here.
         fill = math.ceil(loop.count_records(files) / batch) + 1
         models["real"].fit(real, steps_per_epoch=fill, epochs=1, verbose=0)
-    for _ in range(rounds):
-        for name, dataset in (("synthetic", synthetic), ("real", real)):
-            models[name].fit(dataset, steps_per_epoch=warm, epochs=1, verbose=0)
-            context = during_real() if (during_real and name == "real") else None
-            with context or contextlib.nullcontext():
-                started, cpu_started = time.monotonic(), time.process_time()
-                models[name].fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-                wall[name].append(1000 * (time.monotonic() - started) / steps)
-                cpu[name].append(1000 * (time.process_time() - cpu_started) / steps)
+    # Every round's wall and CPU milliseconds per step; the fastest of each side is compared.
+    wall, cpu = common.alternate_fit_rounds(
+        models,
+        {"synthetic": synthetic, "real": real},
+        steps,
+        rounds,
+        warm,
+        during={"real": during_real} if during_real else None,
+    )
     return {
         "real_step_ms": min(wall["real"]),
         "synthetic_step_ms": min(wall["synthetic"]),

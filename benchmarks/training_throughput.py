@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 
+from benchmarks import common
 from components import KERAS_ENV
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,17 +79,10 @@ def input_bound_ratio(examples_uri: str, transform_graph: str, steps: int, round
     for name in ("synthetic", "real"):
         tf.keras.utils.set_random_seed(1)
         models[name] = model.build_keras_model(output, "species")
-    # Alternate the two and keep each one's fastest round: on a shared machine the minimum is
-    # the measurement least disturbed by other load, and on a 2-vCPU machine TensorFlow runs a
-    # whole fit() call in one of two modes (benchmarks.training_input.input_bound), so a few
-    # rounds each are needed for both sides to be seen in the fast one.
-    step_ms: dict[str, list] = {"synthetic": [], "real": []}
-    for _ in range(rounds):
-        for name, dataset in (("synthetic", synthetic), ("real", real)):
-            models[name].fit(dataset, steps_per_epoch=20, epochs=1, verbose=0)  # warm up
-            started = time.monotonic()
-            models[name].fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-            step_ms[name].append(1000 * (time.monotonic() - started) / steps)
+    # Every round's milliseconds per step, the two alternating; the fastest of each is compared.
+    step_ms, _ = common.alternate_fit_rounds(
+        models, {"synthetic": synthetic, "real": real}, steps, rounds, warm=20
+    )
     # The input pipeline alone: how fast it can produce batches with no model consuming them.
     iterator = iter(real)
     next(iterator)
@@ -164,15 +158,13 @@ def strategy_throughput(examples_uri, transform_graph, steps, work_dir) -> dict[
 
 def run(quick: bool, work_dir: str | None = None) -> list:
     """Rows for `python -m benchmarks all`; --quick: fewer steps and no per-strategy runs."""
-    from benchmarks.common import Row
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     work_dir = work_dir or tempfile.mkdtemp(prefix="train-bench-")
     steps = 200 if quick else 1000
     examples_uri, transform_graph = transformed_data(work_dir)
     bound = input_bound_ratio(examples_uri, transform_graph, steps)
     rows = [
-        Row(
+        common.Row(
             "penguin step time, real input / cached batch",
             bound["real_step_ms"],
             bound["synthetic_step_ms"],
@@ -181,7 +173,7 @@ def run(quick: bool, work_dir: str | None = None) -> list:
             higher_is_better=False,
             note=f"fastest of 6 rounds each; every round's ms/step: {bound['round_step_ms']}",
         ),
-        Row(
+        common.Row(
             "penguin input pipeline vs model rate",
             GLOBAL_BATCH * 1000 / bound["input_only_step_ms"],
             GLOBAL_BATCH * 1000 / bound["synthetic_step_ms"],
@@ -194,7 +186,7 @@ def run(quick: bool, work_dir: str | None = None) -> list:
             examples_uri, transform_graph, steps, work_dir
         ).items():
             rows.append(
-                Row(
+                common.Row(
                     f"training {name}",
                     result["examples_per_second"],
                     None,
