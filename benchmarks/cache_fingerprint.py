@@ -40,8 +40,9 @@ def _run_local(output_root: str) -> float:
 
 def fingerprint_seconds(output_root: str) -> dict[str, float]:
     """In this (fresh) process: the fingerprint steps of a run, timed from cold."""
-    from pipeline import builder, datasets, fingerprints, run_summary
+    from pipeline import builder, datasets, fingerprints
     from pipeline import config as config_lib
+    from pipeline.local import summary as run_summary
 
     config = config_lib.local_config(dataset=datasets.penguins(), output_root=output_root)
     started = time.perf_counter()

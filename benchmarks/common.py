@@ -212,7 +212,7 @@ def direct_beam_args(workers: int) -> list[str]:
 
 def auto_workers(input_bytes: int, images: bool = False) -> int:
     """Beam worker processes `run_local.py --beam_mode auto` uses for this input (1: in_memory)."""
-    from pipeline import local
+    from pipeline.local import policy as local
 
     beam = local.choose_beam("auto", None, input_bytes, [], images=images)
     return beam.num_workers if beam.mode == "multi_processing" else 1
@@ -238,7 +238,7 @@ def data_pipeline(name: str, root: str, components: list, beam_args: list[str]):
 def component_executions(root: str) -> tuple:
     """(Store, {component: execution}, {component: seconds}) of the pipeline under root, from
     its MLMD: each component's execution time is MLMD's create -> last update."""
-    from pipeline import mlmd_read
+    from pipeline.mlmd import read as mlmd_read
 
     db = mlmd_read.Store(mlmd_read.open_store(os.path.join(root, "metadata.sqlite")))
     executions, seconds = {}, {}

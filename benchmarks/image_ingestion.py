@@ -3,7 +3,7 @@
     python -m benchmarks.image_ingestion [--quick] [--work_dir DIR] [--images N] [--size S]
                                          [--repeats K] [--keep_outputs]
 
-On one generated JPEG set (pipeline.image_data synth: 256x256, 10 classes), side by side in one
+On one generated JPEG set (pipeline.datasets.images synth: 256x256, 10 classes), side by side in one
 run, each in a fresh process with peak resident memory summed over its process tree:
 - ours: a LocalDagRunner pipeline of the project's ImageExampleGen -> ImportSchemaGen ->
   ShardedTransform with the image preprocessing_fn (the full pipeline's first data steps), in
@@ -74,7 +74,7 @@ feature { name: "width" type: INT value_count { min: 1 max: 1 } }
 
 
 def synth_images(work_dir: str, images: int) -> str:
-    from pipeline import image_data
+    from pipeline.datasets import images as image_data
 
     return image_data.write_synthetic(
         os.path.join(work_dir, f"jpeg-{images}"), images, SOURCE_SIZE, CLASSES, seed=0
@@ -121,7 +121,7 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
 
 def component_seconds(root: str) -> dict:
     """Seconds per component and the examples ImageExampleGen wrote, from MLMD."""
-    from pipeline import mlmd_read
+    from pipeline.mlmd import read as mlmd_read
 
     db, executions, seconds = common.component_executions(root)
     (examples,) = db.outputs_by_type(executions["ImageExampleGen"].id)["Examples"]
@@ -154,7 +154,7 @@ def pipeline_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from components.tfx_components.image_example_gen import executor as image_example_gen_executor
     from components.tfx_components.transform import executor as transform_executor
-    from pipeline import local
+    from pipeline.local import policy as local
 
     beam_args = common.direct_beam_args(args.workers)
     cpu: dict[str, float] = {}

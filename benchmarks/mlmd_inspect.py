@@ -4,7 +4,7 @@
     python -m benchmarks.mlmd_inspect [--runs 1000] [--repeats 3] [--work_dir DIR]
                                       [--source metadata.sqlite]
 
-The store is grown from a real one (pipeline.mlmd_synth copies its runs' records, run after
+The store is grown from a real one (tests.mlmd_synth copies its runs' records, run after
 run): by default the penguin pipeline is run three times first (executed, cached rerun, a run on
 changed data), or --source names a store to grow from. Reported per command: the wall time (the
 median over --repeats fresh processes; target under 2 s), the peak RSS of the process, and the
@@ -72,14 +72,14 @@ def real_store(work_dir: str) -> str:
 
 
 def newest_model(store_path: str) -> int:
-    from pipeline import mlmd_read
+    from pipeline.mlmd import read as mlmd_read
 
     store = mlmd_read.open_store(store_path)
     return max(a.id for a in store.get_artifacts_by_type("Model"))
 
 
 def _inspect(store: str, *args: str, out: str) -> common.ProcessResult:
-    command = [sys.executable, "-m", "pipeline.inspect_mlmd", "--metadata", store, *args]
+    command = [sys.executable, "-m", "pipeline.mlmd", "--metadata", store, *args]
     with open(out, "w") as handle:
         result = common.run_measured(command, env=common.child_env(), interval=0.05)
         handle.write(result.stdout)
@@ -87,7 +87,7 @@ def _inspect(store: str, *args: str, out: str) -> common.ProcessResult:
 
 
 def measure(work_dir: str, runs: int, repeats: int, source: str | None) -> dict:
-    from pipeline import mlmd_synth
+    from tests import mlmd_synth
 
     source = source or real_store(work_dir)
     store = os.path.join(work_dir, f"metadata-{runs}-runs.sqlite")

@@ -2,11 +2,11 @@
 
     python -m benchmarks.portable_runner [--quick] [--work_dir DIR] [--rows 1000000]
 
-The scale benchmark's pipeline (pipeline.synth_data CSV -> the project's ShardedCsvExampleGen ->
-ImportSchemaGen -> ShardedTransform, benchmarks.scale.build_pipeline), each run in a fresh
-process with peak resident memory summed over its process tree:
+The scale benchmark's pipeline (pipeline.datasets.synthetic CSV -> the project's
+ShardedCsvExampleGen -> ImportSchemaGen -> ShardedTransform, benchmarks.scale.build_pipeline),
+each run in a fresh process with peak resident memory summed over its process tree:
 - portable: PortableRunner, embedded job service, EXTERNAL environment: a worker pool
-  (`python -m pipeline.beam_boot worker_pool`) started by that process, so that the pool, the
+  (`python -m pipeline.beam.boot worker_pool`) started by that process, so that the pool, the
   boots and the SDK harnesses are in the measured tree; the project's wheel built and staged
   (--beam_stage_project), installed by each worker. Beam 2.59's embedded job service asks for
   one SDK worker per job (its FnApiRunner never reads --direct_num_workers); the full run also
@@ -60,7 +60,7 @@ def worker_cpu_seconds(log: str) -> dict[str, float]:
 
 @contextlib.contextmanager
 def worker_pool(work_dir: str):
-    """`python -m pipeline.beam_boot worker_pool` as a child of this process; yields its
+    """`python -m pipeline.beam.boot worker_pool` as a child of this process; yields its
     host:port once it listens."""
     with socket.socket() as probe:
         probe.bind(("localhost", 0))
@@ -68,7 +68,7 @@ def worker_pool(work_dir: str):
     log_path = os.path.join(work_dir, "worker_pool.log")
     with open(log_path, "w") as log:
         pool = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.beam_boot", "worker_pool", "--service_port"]
+            [sys.executable, "-m", "pipeline.beam.boot", "worker_pool", "--service_port"]
             + [str(port), "--work_dir", os.path.join(work_dir, "workers")],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -121,8 +121,9 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args(argv)
-    from pipeline import beam_runners, local
+    from pipeline.beam import runners as beam_runners
     from pipeline.config import BeamConfig
+    from pipeline.local import policy as local
 
     if args.runner == "direct":
         beam_args = common.direct_beam_args(args.workers)

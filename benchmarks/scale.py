@@ -2,7 +2,7 @@
 
     python -m benchmarks.scale [--quick] [--work_dir DIR] [--rows 1000000] [--workers N]
 
-For each size: writes synthetic CSV files (pipeline.synth_data), then runs, each in a fresh
+For each size: writes synthetic CSV files (pipeline.datasets.synthetic), then runs, each in a fresh
 process with peak resident memory summed over its process tree (Beam's worker processes included):
 - ours: a LocalDagRunner pipeline of the project's ShardedCsvExampleGen -> ImportSchemaGen ->
   ShardedTransform (the same components and preprocessing_fn as the full pipeline), in the
@@ -36,7 +36,7 @@ FILES_PER_MILLION = 16
 
 
 def synth_data(work_dir: str, rows: int) -> str:
-    from pipeline import synth_data
+    from pipeline.datasets import synthetic as synth_data
 
     data_dir = os.path.join(work_dir, f"synth-{rows}")
     if not os.path.isdir(data_dir):
@@ -100,7 +100,7 @@ def pipeline_main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args(argv)
-    from pipeline import local
+    from pipeline.local import policy as local
 
     beam_args = common.direct_beam_args(args.workers)
     local.run_dag(build_pipeline(args.data, args.root, beam_args, args.shards))
@@ -153,7 +153,7 @@ def input_pipeline_rate(transformed_examples: str, transform_graph: str, batch: 
     import tensorflow_transform as tft
 
     from components.ml import inputs, model
-    from pipeline import synth_data
+    from pipeline.datasets import synthetic as synth_data
 
     output = tft.TFTransformOutput(transform_graph)
     files = sorted(glob.glob(os.path.join(transformed_examples, "Split-train", "*.gz")))

@@ -4,10 +4,10 @@ whole pipeline; every rejected row listed with file:line, counts exact, memory b
     python -m benchmarks.scale_bad_input [--quick] [--work_dir DIR] [--rows N] [--bad N]
                                          [--files N]
 
-Writes N rows of the synthetic CSV (pipeline.synth_data, 16 files per million rows, or --files),
-then replaces a few thousand data lines, spread over every file and through each (and on both
-sides of every cut where ExampleGen reads a file over 16 MB as ranges), with malformed rows of
-five kinds (a field missing, a field too many, an unparseable number, an empty label,
+Writes N rows of the synthetic CSV (pipeline.datasets.synthetic, 16 files per million rows, or
+--files), then replaces a few thousand data lines, spread over every file and through each (and
+on both sides of every cut where ExampleGen reads a file over 16 MB as ranges), with malformed
+rows of five kinds (a field missing, a field too many, an unparseable number, an empty label,
 an unparseable number and an empty label in one row) and records each one's file, line and the
 reason ExampleGen must give. Then `python pipeline/run_local.py` on it in a fresh process, as
 benchmarks.scale_memory runs it (uncached, `--beam_mode auto`, bounded training steps) with
@@ -103,11 +103,11 @@ def inject_malformed_rows(
     paths: list[str], count: int, seed: int = SEED, forced: dict[str, list[int]] | None = None
 ) -> list[Injected]:
     """Replaces `count` data lines of the CSV files (header on line 1, one row per line, as
-    pipeline.synth_data writes them) with malformed rows: the `forced` lines ({file: [line]}),
-    the first and last data line of the first file, and the rest chosen uniformly over all
-    files' rows; kinds in turn. Each malformed row has the byte length of the row it replaces,
-    so the files' sizes, rows and byte offsets are unchanged. Returns what was injected, sorted
-    by file and line."""
+    pipeline.datasets.synthetic writes them) with malformed rows: the `forced` lines
+    ({file: [line]}), the first and last data line of the first file, and the rest chosen
+    uniformly over all files' rows; kinds in turn. Each malformed row has the byte length of
+    the row it replaces, so the files' sizes, rows and byte offsets are unchanged. Returns what
+    was injected, sorted by file and line."""
     line_counts = []
     for path in paths:
         with open(path, "rb") as handle:
@@ -191,7 +191,7 @@ def bad_data(
     rows, some at the cuts where ExampleGen reads a large file as ranges; written once per
     (rows, bad, files)."""
     from components.tfx_components.example_gen import csv_reader
-    from pipeline import synth_data
+    from pipeline.datasets import synthetic as synth_data
 
     files = files or max(4, round(scale.FILES_PER_MILLION * rows / 1_000_000))
     name = f"synth-{rows}-in-{files}-bad-{bad}"
@@ -209,7 +209,7 @@ def bad_data(
 
 
 def measure(data_dir: str, work_dir: str, rows: int) -> dict:
-    from pipeline import mlmd_read
+    from pipeline.mlmd import read as mlmd_read
 
     result, pipeline_dir = scale_memory.run_pipeline(
         data_dir,

@@ -2,7 +2,7 @@
 
     python -m benchmarks.scale_memory [--quick] [--work_dir DIR] [--sizes 1000000 3000000 ...]
 
-For each size: synthetic CSV files (pipeline.synth_data, 16 files per million rows), then
+For each size: synthetic CSV files (pipeline.datasets.synthetic, 16 files per million rows), then
 `python pipeline/run_local.py --data DIR --label label --schema schemas/synth/schema.pbtxt` in a
 fresh process, uncached, in the Beam mode `--beam_mode auto` picks for that input, with a bounded
 number of training and evaluation steps (the Trainer's input pipeline runs; how long the model

@@ -3,7 +3,7 @@
     python -m benchmarks.training_input [--quick] [--images N] [--repeats K] [--work_dir DIR]
                                         [--steps S] [--no_mobilenet]
 
-On one generated JPEG set (256x256, 10 classes; pipeline.image_data synth), shards made by the
+On one generated JPEG set (256x256, 10 classes; pipeline.datasets.images synth), shards made by the
 project's ImageExampleGen -> Transform (the transform graph only; setup, not timed):
 1. images/s of components.ml.inputs.make_dataset over ExampleGen's shards through the transform
    graph (what the Trainer reads), decoding on batches and per element, against tf.data reading
@@ -50,7 +50,7 @@ def make_shards(data_dir: str, root: str, size: int) -> tuple[list[str], str]:
     graph only) in this process; (ExampleGen's train + eval shard files, which the Trainer reads
     through the transform graph, and the transform graph's URI)."""
     from benchmarks import image_ingestion
-    from pipeline import local
+    from pipeline.local import policy as local
 
     pipeline = image_ingestion.build_pipeline(data_dir, root, common.direct_beam_args(1), size)
     local.run_dag(pipeline)

@@ -46,7 +46,7 @@ def transformed_data(work_dir: str) -> tuple[str, str]:
         cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL,
     )
-    from pipeline import mlmd_read
+    from pipeline.mlmd import read as mlmd_read
 
     store = mlmd_read.open_store(os.path.join(work_dir, "penguins-pipeline", "metadata.sqlite"))
     context = store.get_context_by_type_and_name("node", "penguins-pipeline.Transform")

@@ -16,7 +16,7 @@ KERAS_ENV = {"TF_USE_LEGACY_KERAS": "1"}
 for _name, _value in KERAS_ENV.items():
     os.environ.setdefault(_name, _value)
 
-# Logger whose records the local runner prints as progress lines (pipeline/progress.py);
+# Logger whose records the local runner prints as progress lines (pipeline/local/progress.py);
 # training tasks in other processes prefix them with this name so the launcher can relay them.
 PROGRESS_LOGGER = "tfx_scaleout.progress"
 

@@ -129,7 +129,7 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
     that remote workers can install TFX. The DirectRunner's workers are this process or its
     children in the same environment and never install it, nor do a portable runner's LOOPBACK
     workers (threads of this process); other runners (SDK workers in other processes or
-    containers, which install what is staged: pipeline/beam_boot.py) are left as TFX handles
+    containers, which install what is staged: pipeline/beam/boot.py) are left as TFX handles
     them."""
     from tfx.utils import dependency_utils
 

@@ -40,8 +40,9 @@ from components.training.settings import (  # noqa: E402
     TrainJobConfig,
 )
 from kubeflow import config as kf_config  # noqa: E402
-from pipeline import beam_runners, flags, preflight  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
+from pipeline import flags, preflight  # noqa: E402
+from pipeline.beam import runners as beam_runners  # noqa: E402
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2

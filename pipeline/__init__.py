@@ -4,4 +4,9 @@ Importing it imports `components` first, which selects Keras 2 before anything i
 TensorFlow (see components/__init__.py).
 """
 
+import os
+
 import components  # noqa: F401
+
+# The checkout (or installed tree) holding pipeline/, components/ and schemas/.
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

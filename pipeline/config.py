@@ -90,7 +90,7 @@ class BeamConfig:
     job_endpoint: str = ""
     # Where the portable runner starts the Python SDK harness: DOCKER (environment_config or
     # sdk_container_image is the image), EXTERNAL (environment_config is a worker pool's
-    # host:port, e.g. a sidecar of the task manager, or `python -m pipeline.beam_boot
+    # host:port, e.g. a sidecar of the task manager, or `python -m pipeline.beam.boot
     # worker_pool`), PROCESS (environment_config: {"command": ...}; not with "embed"), LOOPBACK
     # (the harness in this process: tests).
     environment_type: str = "DOCKER"
@@ -230,7 +230,7 @@ class BeamConfig:
                     bool(self.environment_config),
                     "beam.environment_config",
                     "must be the worker pool's host:port for the EXTERNAL environment (start one "
-                    "with: python -m pipeline.beam_boot worker_pool --service_port 50000)",
+                    "with: python -m pipeline.beam.boot worker_pool --service_port 50000)",
                 )
             if self.environment_type == "PROCESS":
                 _require(
@@ -239,14 +239,14 @@ class BeamConfig:
                     "beam.environment_config",
                     "must be a JSON object naming the boot executable for the PROCESS "
                     'environment, e.g. \'{"command": "/opt/beam-boot"}\' (a script running '
-                    '`python -m pipeline.beam_boot "$@"`)',
+                    '`python -m pipeline.beam.boot "$@"`)',
                 )
                 _require(
                     self.job_endpoint != EMBEDDED_JOB_ENDPOINT,
                     "beam.environment_type",
                     "PROCESS does not run with beam.job_endpoint 'embed': Beam 2.59's embedded "
                     "job service has no PROCESS environment; use EXTERNAL with a worker pool "
-                    "(python -m pipeline.beam_boot worker_pool --service_port 50000), or a Flink "
+                    "(python -m pipeline.beam.boot worker_pool --service_port 50000), or a Flink "
                     "or Spark job server",
                 )
         for package in self.extra_packages:

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
-import components
+from pipeline import PROJECT_ROOT
 
 FINGERPRINT_KEY = "cache_fingerprint"
 # Distributions whose versions change what the components compute.
@@ -44,7 +44,6 @@ STACK = (
 # The package whose code runs inside component executors (pipeline/ and kubeflow/ only build
 # and launch the pipeline; what they decide reaches a component as its exec properties).
 PROJECT_PACKAGES = ("components",)
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(components.__file__)))
 _SCHEMA_FILE_KEY = "schema_file"
 
 

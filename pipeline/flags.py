@@ -17,8 +17,9 @@ from typing import Any
 
 from components import ConfigError
 from components.training.settings import TrainingConfig
-from pipeline import beam_runners, datasets, preflight
 from pipeline import config as config_lib
+from pipeline import datasets, preflight
+from pipeline.beam import runners as beam_runners
 
 _TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if "flag" in f.metadata}
 

@@ -161,7 +161,7 @@ def predict_csv(model_dir: str, path: str, batch_size: int = 256):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline import console
+    from pipeline.local import console
 
     with console.filtered_stderr():
         return _main(argv)
@@ -199,6 +199,6 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline import console
+    from pipeline.local import console
 
     console.exit_without_teardown(main())

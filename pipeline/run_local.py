@@ -25,8 +25,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # google-api-core warns about Python 3.10 on import; TFX 1.16 requires 3.10.
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
-from pipeline import beam_runners, console, datasets, flags, local, preflight  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
+from pipeline import datasets, flags, preflight  # noqa: E402
+from pipeline.beam import runners as beam_runners  # noqa: E402
+from pipeline.local import console  # noqa: E402
+from pipeline.local import policy as local  # noqa: E402
 
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -310,7 +313,7 @@ def _main(argv: list[str] | None) -> int:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
 
-    from pipeline import run_guard
+    from pipeline.local import guard as run_guard
 
     try:  # writable output, one run at a time per store, recovery of a killed run's leftovers
         guard = run_guard.RunGuard.start(config, argv, sys.stdout)
@@ -328,7 +331,9 @@ def _main(argv: list[str] | None) -> int:
     describe_columns(config.dataset, facts, out)
     out.flush()
 
-    from pipeline import builder, fingerprints, progress, run_summary
+    from pipeline import builder, fingerprints
+    from pipeline.local import progress
+    from pipeline.local import summary as run_summary
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

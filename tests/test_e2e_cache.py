@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from pipeline import mlmd_read, run_local
+from pipeline import run_local
+from pipeline.mlmd import read as mlmd_read
 from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from pipeline import datasets, mlmd_read
+from pipeline import datasets
+from pipeline.mlmd import read as mlmd_read
 from tests.test_e2e_local import explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from components.tfx_components.image_example_gen import reader
-from pipeline import image_data, mlmd_read
+from pipeline.datasets import images as image_data
+from pipeline.mlmd import read as mlmd_read
 from tests.pipeline_components import IMAGE_COMPONENTS
 from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
 

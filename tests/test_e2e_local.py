@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 from components.ml import features
-from pipeline import inspect_mlmd, mlmd_read
+from pipeline.mlmd import cli as inspect_mlmd
+from pipeline.mlmd import read as mlmd_read
 from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -163,7 +164,7 @@ def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):
 
 
 def inspect(penguin_runs, *args):
-    """`python -m pipeline.inspect_mlmd --json ...` in-process; returns the parsed output."""
+    """`python -m pipeline.mlmd --json ...` in-process; returns the parsed output."""
     import contextlib
     import io
     import json
@@ -294,7 +295,7 @@ def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
 
     # The lineage drawing as Chromium lays it out: artifact nodes between the executions, no
     # two boxes overlapping, no edge through a box it does not join.
-    from tests.pipeline import report_geometry
+    from tests.pipeline.mlmd import report_geometry
 
     geometry = report_geometry.measure(report, tmp_path)
     assert geometry["boxes"] == len(COMPONENTS) + rendered.count('class="artifact"') > 15

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from pipeline import mlmd_read, regression_data
+from pipeline.datasets import regression as regression_data
+from pipeline.mlmd import read as mlmd_read
 from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -73,7 +74,7 @@ def test_regression_run_blesses_pushes_and_predicts_in_label_units(tmp_path):
     base = out / "diabetes-pipeline"
     store = mlmd_read.open_store(str(base / "metadata.sqlite"))
     [evaluation] = store.get_artifacts_by_type("ModelEvaluation")
-    from pipeline import run_summary
+    from pipeline.local import summary as run_summary
 
     metrics = run_summary.overall_metrics(evaluation.uri)
     assert metrics["mean_squared_error_skill"] > 0.2, metrics

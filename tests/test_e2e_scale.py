@@ -1,5 +1,5 @@
-"""The whole local pipeline on generated tabular data (`python -m pipeline.synth_data`), as a
-user runs it with --data/--label/--schema: every row accounted for, transformed shards as
+"""The whole local pipeline on generated tabular data (`python -m pipeline.datasets.synthetic`),
+as a user runs it with --data/--label/--schema: every row accounted for, transformed shards as
 configured, and a model that learns the synthetic label."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from pipeline import datasets, mlmd_read, synth_data
+from pipeline import datasets
+from pipeline.datasets import synthetic as synth_data
+from pipeline.mlmd import read as mlmd_read
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 

@@ -16,8 +16,8 @@ import pytest
 from components.training import cluster
 from components.training import loop as training
 from components.training.settings import TrainingConfig
-from pipeline import mlmd_read
 from pipeline import run_local as local_runner
+from pipeline.mlmd import read as mlmd_read
 from tests.test_e2e_local import explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]

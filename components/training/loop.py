@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tensorflow import keras
 else:
     keras = tf.keras  # tf-keras under TF_USE_LEGACY_KERAS=1 (components.ml.model)
-# The local runner prints records of this logger as progress lines (pipeline/progress.py).
+# The local runner prints records of this logger as progress lines (pipeline/local/progress.py).
 progress_log = std_logging.getLogger(PROGRESS_LOGGER)
 
 # Transformed training shards up to this size (compressed) are cached in memory after the first

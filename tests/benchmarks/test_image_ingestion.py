@@ -12,7 +12,7 @@ import tensorflow as tf
 from PIL import Image
 
 from benchmarks import image_ingestion
-from pipeline import image_data
+from pipeline.datasets import images as image_data
 
 
 def test_steady_state_is_the_line_through_both_runs():

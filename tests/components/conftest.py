@@ -163,7 +163,7 @@ def regression_transform_run(tmp_path_factory):
     features and an integer label, all optional (VarLen) as an inferred schema has them."""
     import tensorflow as tf
 
-    from pipeline import regression_data
+    from pipeline.datasets import regression as regression_data
 
     out = tmp_path_factory.mktemp("regression_transform")
     root = regression_data.write_diabetes(str(out / "data"))

@@ -18,7 +18,8 @@ import yaml
 
 from components.ml import features, image_preprocessing, inputs
 from kubeflow import example_gen_driver, run_kubeflow
-from pipeline import datasets, image_data
+from pipeline import datasets
+from pipeline.datasets import images as image_data
 
 
 def _compile(tmp_path, *flags: str) -> dict:

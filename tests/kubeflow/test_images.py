@@ -166,7 +166,7 @@ def test_image_writes_the_digits_where_the_compiled_pipeline_reads_them():
     writes them there, with the project's own command, after the project is installed and
     before the switch to the unprivileged user (the files are read-only for the pods)."""
     instructions = _instructions("kubeflow/Dockerfile")
-    write = ("RUN", f"python -m pipeline.image_data digits --out {IMAGE_DIGITS_DIR}")
+    write = ("RUN", f"python -m pipeline.datasets.images digits --out {IMAGE_DIGITS_DIR}")
     assert write in instructions
     install = next(
         i for i, (name, args) in enumerate(instructions) if name == "RUN" and "pip check" in args

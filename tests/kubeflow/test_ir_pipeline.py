@@ -20,7 +20,8 @@ import yaml
 
 from kubeflow import run_kubeflow
 from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES
-from pipeline import datasets, image_data
+from pipeline import datasets
+from pipeline.datasets import images as image_data
 from tests.kubeflow import ir_runner
 from tests.pipeline_components import CSV_COMPONENTS
 

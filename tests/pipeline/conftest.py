@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.pipeline import tfx_store
+from tests.pipeline.mlmd import tfx_store
 
 
 @pytest.fixture(scope="module")

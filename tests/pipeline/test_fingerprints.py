@@ -140,7 +140,7 @@ def test_previous_fingerprints_are_this_pipelines_newest_finished_ones(tmp_path)
     from ml_metadata import metadata_store
     from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-    from pipeline import mlmd_read
+    from pipeline.mlmd import read as mlmd_read
 
     connection = mlmd.ConnectionConfig()
     connection.sqlite.filename_uri = str(tmp_path / "metadata.sqlite")

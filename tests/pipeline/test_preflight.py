@@ -83,7 +83,7 @@ def test_malformed_schema_file(tmp_path, write_csv):
 
 
 def test_image_folders_with_a_schema_lacking_the_image_features(tmp_path):
-    from pipeline import image_data
+    from pipeline.datasets import images as image_data
 
     root = image_data.write_synthetic(str(tmp_path / "jpeg"), 4, 16, 2, seed=3)
     digits = datasets.user_images(root, 32, schema_path=datasets.curated_schema_path("digits"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import local, run_local
+from pipeline import run_local
+from pipeline.local import policy as local
 
 
 def test_data_without_label_is_a_usage_error(capsys, tmp_path):
@@ -128,7 +129,7 @@ def test_one_class_label_stops_before_any_component(capsys, tmp_path, write_csv)
 
 
 def _summary(blessed, failures=()):
-    from pipeline import run_summary
+    from pipeline.local import summary as run_summary
 
     return run_summary.RunSummary(
         components=[],

@@ -11,7 +11,7 @@ import time
 
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from pipeline import mlmd_read
+from pipeline.mlmd import read as mlmd_read
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_LOCAL = os.path.join(PROJECT_ROOT, "pipeline", "run_local.py")

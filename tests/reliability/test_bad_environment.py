@@ -106,7 +106,8 @@ def test_disk_full_during_transform_fails_transform_alone_and_keeps_what_came_be
     with no output recorded or left on disk, the store consistent and ExampleGen's rejected-rows
     listing intact. With space again, the same command reuses what finished and reruns
     Transform (nothing of the failed one is taken as done)."""
-    from pipeline import mlmd_read, synth_data
+    from pipeline.datasets import synthetic as synth_data
+    from pipeline.mlmd import read as mlmd_read
 
     out = str(tmp_path / "out")
     data_dir = str(tmp_path / "synth")

@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from benchmarks import scale_bad_input
 from components.tfx_components.example_gen import csv_reader
-from pipeline import datasets, preflight, synth_data
+from pipeline import datasets, preflight
+from pipeline.datasets import synthetic as synth_data
 from tests.components.helpers import IN_MEMORY, run_executor
 
 ROWS = 200_000

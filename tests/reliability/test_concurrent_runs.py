@@ -9,7 +9,8 @@ import os
 import pytest
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from pipeline import datasets, mlmd_read, run_local
+from pipeline import datasets, run_local
+from pipeline.mlmd import read as mlmd_read
 from tests.reliability.helpers import Run, node_states, store_is_consistent
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]

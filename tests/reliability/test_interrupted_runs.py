@@ -11,7 +11,8 @@ import time
 import pytest
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from pipeline import mlmd_read, run_guard
+from pipeline.local import guard as run_guard
+from pipeline.mlmd import read as mlmd_read
 from tests.reliability.helpers import (
     Run,
     kill,

@@ -1,0 +1,136 @@
+"""What a finished local run produced, read back from ML Metadata (through mlmd_read, the
+reader): per-component executions, eval metrics, blessing, pushed model, inferred schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from pipeline.mlmd import read as mlmd_read
+
+
+@dataclasses.dataclass
+class RunSummary:
+    components: list[dict]
+    metrics: dict[str, float]
+    blessed: bool | None
+    pushed_model: str | None
+    example_counts: dict[str, int]
+    rows_rejected: int | None
+    inferred_schema_uri: str | None
+    metadata_path: str
+    # The Evaluator's failed threshold checks: metric, value, is_diff (a change threshold:
+    # against the baseline model), TFMA's message. Empty when blessed or unknown.
+    blessing_failures: list[dict] = dataclasses.field(default_factory=list)
+    # Where the rejected rows (or files) are listed: JSON lines of file, line, reason.
+    rejected_listing: str | None = None
+
+    @property
+    def all_cached(self) -> bool:
+        return all(c["status"] in ("cached", "resolved") for c in self.components)
+
+
+def summarize(source, components: list[dict], location: str) -> RunSummary:
+    """source: see mlmd_read.open_store; components: the progress records (component id,
+    status, execution id) of this run; location: where the store is, for the user."""
+    db = mlmd_read.Store(mlmd_read.open_store(source))
+    outputs = {
+        c["component"]: db.outputs_by_type(c["execution_id"])
+        for c in components
+        if c.get("execution_id") is not None
+    }
+    metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
+    failures: list[dict] = []
+    listing = None
+    for evaluation in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
+        metrics = overall_metrics(evaluation.uri)
+        failures = blessing_failures(evaluation.uri)
+    for blessing in outputs.get("Evaluator", {}).get("ModelBlessing", []):
+        blessed = mlmd_read.custom_value(blessing, "blessed") == 1
+    for pushed in outputs.get("Pusher", {}).get("PushedModel", []):
+        if mlmd_read.custom_value(pushed, "pushed") == 1:
+            pushed_model = mlmd_read.custom_value(pushed, "pushed_destination")
+    for examples in outputs.get("CsvExampleGen", {}).get("Examples", []):
+        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
+        rejected = mlmd_read.custom_value(examples, "num_rows_rejected")
+        listing = mlmd_read.custom_value(examples, "rejected_rows_uri")
+    for examples in outputs.get("ImageExampleGen", {}).get("Examples", []):
+        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
+        rejected = mlmd_read.custom_value(examples, "num_files_rejected")
+        listing = mlmd_read.custom_value(examples, "rejected_files_uri")
+    for schema in outputs.get("SchemaGen", {}).get("Schema", []):
+        schema_uri = os.path.join(schema.uri, "schema.pbtxt")
+    return RunSummary(
+        components=components,
+        metrics=metrics,
+        blessed=blessed,
+        pushed_model=pushed_model,
+        example_counts=counts,
+        rows_rejected=rejected,
+        inferred_schema_uri=schema_uri,
+        metadata_path=location,
+        blessing_failures=failures,
+        rejected_listing=listing,
+    )
+
+
+def overall_metrics(evaluation_uri: str) -> dict[str, float]:
+    """Overall-slice metrics of every model output (regression evaluates two: the prediction in
+    the label's units, and z-scored), by metric name; a name two outputs share gets
+    "<output>/" in front."""
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(evaluation_uri)
+    by_output: dict = next((m for key, m in result.slicing_metrics if key == ()), {})
+    counts: dict[str, int] = {}
+    for values in by_output.values():
+        for name in values.get("", {}):
+            counts[name] = counts.get(name, 0) + 1
+    out = {}
+    for output, values in by_output.items():
+        for name, value in values.get("", {}).items():
+            key = f"{output}/{name}" if output and counts[name] > 1 else name
+            if "doubleValue" in value:
+                out[key] = float(value["doubleValue"])
+            elif "boundedValue" in value:
+                out[key] = float(value["boundedValue"]["value"])
+    return out
+
+
+def blessing_failures(evaluation_uri: str) -> list[dict]:
+    """The failed metric thresholds in an Evaluator output's validation result."""
+    import tensorflow_model_analysis as tfma
+
+    try:
+        result = tfma.load_validation_result(evaluation_uri)
+    except (OSError, ValueError, IndexError):  # no validation result written
+        return []
+    return [
+        {
+            "metric": failure.metric_key.name,
+            "value": _metric_value(failure.metric_value),
+            "is_diff": failure.metric_key.is_diff,
+            "message": failure.message,
+        }
+        for per_slice in result.metric_validations_per_slice
+        for failure in per_slice.failures
+    ]
+
+
+def _metric_value(value) -> float:
+    if value.HasField("bounded_value"):
+        return float(value.bounded_value.value.value)
+    return float(value.double_value.value)
+
+
+def previous_fingerprints(config) -> dict[str, str]:
+    """{component: the cache fingerprint of its newest finished execution of this pipeline}
+    (pipeline.fingerprints); empty before the first run. A store may hold other pipelines
+    (MySQL): only this one's nodes are read."""
+    from pipeline import fingerprints
+
+    if config.mysql is None and not os.path.exists(config.metadata_path):
+        return {}
+    db = mlmd_read.Store(mlmd_read.open_store(config.metadata_connection_config()))
+    return mlmd_read.latest_property(db, fingerprints.FINGERPRINT_KEY, config.pipeline_name)

@@ -1,0 +1,272 @@
+"""Inspect what the pipeline recorded in ML Metadata, without writing MLMD queries.
+
+    python -m pipeline.mlmd runs
+    python -m pipeline.mlmd executions [RUN]
+    python -m pipeline.mlmd artifacts [--type Examples] [RUN]
+    python -m pipeline.mlmd lineage ARTIFACT_ID
+    python -m pipeline.mlmd diff RUN_A RUN_B [--drift_threshold 0.1]
+    python -m pipeline.mlmd report [RUN] [--out FILE] [--compare RUN]
+
+RUN is a pipeline run id as `runs` lists it (or its row number, 1 = oldest; default: the latest).
+--json (before or after the subcommand) prints machine-readable output. `lineage` prints the
+artifact's upstream and downstream as a graph: each execution and artifact once. `diff` adds to
+the component and metric changes the schema differences and, per split and feature, TFDV's drift
+measure between the two runs' statistics (pipeline.mlmd.diff). Every failure is one `error:` line
+and exit code 2.
+
+The store: --metadata FILE (SQLite), or --pipeline NAME under --output_root (default
+./tfx_output; found automatically when there is one pipeline), or MySQL
+(--mysql_host/--mysql_port/--mysql_database; user and password from MLMD_MYSQL_USER and
+MLMD_MYSQL_PASSWORD, never from flags), or an MLMD gRPC server (--grpc_host/--grpc_port, e.g.
+Kubeflow's metadata-grpc-service), or, for Kubeflow Pipelines without MLMD, the KFP API server
+(--kfp_host URL, --kfp_namespace; bearer token from KFP_API_TOKEN; pipeline.mlmd.kfp_api). Only
+ml-metadata's public, read-only API is used.
+
+Two record layouts are understood, and told apart by the types the store holds (--schema forces
+one): TFX's own orchestrators (LocalDagRunner: a `pipeline_run` context per run, a `node` context
+per component) and Kubeflow Pipelines v2, whose driver and launcher record a `system.PipelineRun`
+context per run (named by the KFP run id, child of a `system.Pipeline` context named by the
+pipeline), a `system.ContainerExecution` per task (custom property `task_name`: the TFX component
+id), a `system.DAGExecution` for the run's root DAG, and artifact types named by their schema
+title (`tfx.Examples`, shown as `Examples`). On a Kubeflow store, --pipeline NAME keeps that
+pipeline's runs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+
+from pipeline import config as config_lib
+from pipeline.mlmd import diff as mlmd_diff
+from pipeline.mlmd import kfp_api as kfp_api_read
+from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import report as mlmd_report
+
+
+def _table(rows: list[dict], columns: list[str], out) -> None:
+    if not rows:
+        out.write("(none)\n")
+        return
+    cells = [[mlmd_read.cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n")
+    for row in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _artifact_label(artifact: dict) -> str:
+    return f"{artifact['type']} #{artifact['artifact']}"
+
+
+def _print_graph(title: str, graph: dict, out) -> None:
+    """A lineage part, each execution once (in dependency order) with what it read and wrote."""
+    artifacts = {a["artifact"]: a for a in graph["artifacts"]}
+    reads: dict[int, list[int]] = {}
+    writes: dict[int, list[int]] = {}
+    for edge in graph["edges"]:
+        side = reads if edge["direction"] == "input" else writes
+        side.setdefault(edge["execution"], []).append(edge["artifact"])
+    out.write(
+        f"{title}: {len(graph['executions'])} execution(s), {len(graph['artifacts'])} artifact(s)\n"
+    )
+    for execution in mlmd_read.topological_executions(graph):
+        source = f" from {execution['source']}" if execution.get("source") else ""
+        out.write(
+            f"  {execution['component']} (execution {execution['execution']}, "
+            f"{execution['state']}, run {execution['run']}){source}\n"
+        )
+        for artifact_id in sorted(reads.get(execution["execution"], [])):
+            out.write(f"    <- {_artifact_label(artifacts[artifact_id])}\n")
+        for artifact_id in sorted(writes.get(execution["execution"], [])):
+            artifact = artifacts[artifact_id]
+            out.write(f"    -> {_artifact_label(artifact)}  {artifact['uri']}\n")
+
+
+def _drift_detail(row: dict) -> str:
+    flag = "DRIFTED " if row["drifted"] else ""
+    return f"{flag}{row['measure']} {row['value']:.4f} (threshold {row['threshold']:g})"
+
+
+def _json_flag(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument(
+        "--json", action="store_true", default=default, help="machine-readable output"
+    )
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.mlmd", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--output_root", default=config_lib.default_output_root())
+    parser.add_argument(
+        "--pipeline",
+        default=None,
+        help="pipeline name under --output_root; on a Kubeflow store, its runs only",
+    )
+    parser.add_argument("--metadata", default=None, help="SQLite MLMD file")
+    parser.add_argument("--mysql_host", default=None)
+    parser.add_argument("--mysql_port", type=int, default=3306)
+    parser.add_argument("--mysql_database", default="metadb")
+    parser.add_argument("--grpc_host", default=None, help="MLMD gRPC server (Kubeflow with MLMD)")
+    parser.add_argument("--grpc_port", type=int, default=8080)
+    parser.add_argument(
+        "--kfp_host",
+        default=None,
+        help="Kubeflow Pipelines API endpoint, e.g. http://localhost:8888 (KFP without MLMD: "
+        "runs, tasks and artifacts through its v2beta1 API; bearer token from KFP_API_TOKEN)",
+    )
+    parser.add_argument(
+        "--kfp_namespace", default=None, help="with --kfp_host: the profile namespace"
+    )
+    parser.add_argument(
+        "--schema",
+        choices=["auto", mlmd_read.TFX_SCHEMA, mlmd_read.KFP_SCHEMA],
+        default="auto",
+        help="whose records to read: TFX's orchestrators or Kubeflow Pipelines v2 (default: "
+        "detected from the store)",
+    )
+    _json_flag(parser, False)
+    commands = parser.add_subparsers(dest="command", required=True)
+    subcommands = []
+    subcommands.append(
+        commands.add_parser("runs", help="pipeline runs: time, status, executed vs cached")
+    )
+    executions = commands.add_parser("executions", help="component executions of a run")
+    executions.add_argument("run", nargs="?")
+    artifacts = commands.add_parser("artifacts", help="artifacts a run produced or reused")
+    artifacts.add_argument("run", nargs="?")
+    artifacts.add_argument("--type", default=None, help="e.g. Examples, Schema, Model")
+    lineage_parser = commands.add_parser(
+        "lineage", help="upstream and downstream of an artifact, as a graph"
+    )
+    lineage_parser.add_argument("artifact", type=int)
+    diff = commands.add_parser(
+        "diff", help="what differs between two runs: components, metrics, schema, data drift"
+    )
+    diff.add_argument("run_a")
+    diff.add_argument("run_b")
+    diff.add_argument(
+        "--drift_threshold",
+        type=float,
+        default=mlmd_diff.DRIFT_THRESHOLD,
+        help="distance above which a feature counts as drifted (default %(default)s)",
+    )
+    report = commands.add_parser("report", help="a self-contained HTML page about a run")
+    report.add_argument("run", nargs="?")
+    report.add_argument("--out", default=None, help="default: report-<row>.html in the cwd")
+    report.add_argument(
+        "--compare", default=None, metavar="RUN", help="add what changed since RUN (diff)"
+    )
+    subcommands += [executions, artifacts, lineage_parser, diff, report]
+    for subcommand in subcommands:
+        # Accepted after the subcommand too; SUPPRESS keeps a --json given before it.
+        _json_flag(subcommand, argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _open(args) -> mlmd_read.Store:
+    named = [flag for flag in ("grpc_host", "mysql_host", "kfp_host") if getattr(args, flag)]
+    if len(named) > 1:
+        flags = " and ".join(f"--{flag}" for flag in named)
+        raise mlmd_read.InspectError(f"{flags} each name a store; pass one")
+    if args.kfp_host:
+        store = kfp_api_read.load(
+            args.kfp_host, namespace=args.kfp_namespace, token=os.environ.get("KFP_API_TOKEN")
+        )
+        return mlmd_read.Store(store, schema=mlmd_read.KFP_SCHEMA, pipeline=args.pipeline)
+    if args.grpc_host:
+        config = mlmd_read.grpc_config(args.grpc_host, args.grpc_port)
+    elif args.mysql_host:
+        config = mlmd_read.mysql_config(args.mysql_host, args.mysql_port, args.mysql_database)
+    else:
+        config = mlmd_read.sqlite_config(
+            args.metadata or mlmd_read.find_sqlite(args.output_root, args.pipeline)
+        )
+    return mlmd_read.Store(mlmd_read.connect(config), schema=args.schema, pipeline=args.pipeline)
+
+
+def _write_report(path: str, page: str) -> None:
+    try:
+        with open(path, "w") as handle:
+            handle.write(page)
+    except OSError as error:
+        raise mlmd_read.InspectError(
+            f"cannot write the report to {path}: {error.strerror or error}"
+        ) from error
+
+
+def run(args, out) -> None:
+    db = _open(args)
+    # Rows for the table commands; one object for lineage and report (columns None).
+    result: list[dict] | dict
+    if args.command == "runs":
+        result = mlmd_read.describe_runs(db)
+        columns = ["row", "run", "start", "end", "status", "executed", "cached", "failed"]
+    elif args.command == "executions":
+        result = mlmd_read.describe_executions(db, db.run(args.run))
+        columns = ["execution", "component", "state", "seconds", "inputs", "outputs"]
+    elif args.command == "artifacts":
+        result = mlmd_read.describe_artifacts(db, db.run(args.run), args.type)
+        columns = ["artifact", "type", "size_bytes", "uri"]
+    elif args.command == "lineage":
+        result = mlmd_read.lineage(db, args.artifact)
+        columns = None
+    elif args.command == "report":
+        chosen = db.run(args.run)
+        compare_to = db.run(args.compare) if args.compare else None
+        path = os.path.abspath(args.out or mlmd_report.report_file_name(db.row_of(chosen)))
+        if not os.path.isdir(os.path.dirname(path)):
+            raise mlmd_read.InspectError(
+                f"cannot write the report to {path}: no directory {os.path.dirname(path)}"
+            )
+        _write_report(path, mlmd_report.build_report(db, chosen, compare_to))
+        result = {"report": path, "run": chosen.name}
+        if not args.json:
+            out.write(f"report of run {chosen.name} written to {path}\n")
+            return
+        columns = None
+    else:
+        result = mlmd_diff.diff(
+            db, db.run(args.run_a), db.run(args.run_b), threshold=args.drift_threshold
+        )
+        columns = ["component", "change", "a", "b", "detail"]
+        if not args.json:
+            for row in result:
+                row["detail"] = _drift_detail(row) if row.get("kind") == "drift" else None
+    if args.json:
+        out.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+    elif columns is None:
+        assert isinstance(result, dict), "only lineage (report returns unless --json)"
+        root = result["artifact"]
+        out.write(f"lineage of {_artifact_label(root)}  {root['uri']}\n")
+        _print_graph("upstream (to the raw data)", result["upstream"], out)
+        _print_graph("downstream (to pushed models)", result["downstream"], out)
+    else:
+        assert isinstance(result, list), "the table commands return rows"
+        _table(result, columns, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # `diff` measures drift with TFDV, which loads TensorFlow and Beam: their start-up lines
+    # (CUDA plugin registration, Google client libraries' Python version notices) are not for
+    # the user of this command; TFDV's own failures still arrive as Python exceptions.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.api_core")
+    try:
+        run(args, sys.stdout)
+    except mlmd_read.InspectError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 2
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        sys.stderr.close()
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
