@@ -43,6 +43,7 @@ from kubeflow import config as kf_config  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import flags, preflight  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
+from pipeline.local import console  # noqa: E402
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -463,6 +464,12 @@ def _configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # TensorFlow's CUDA wheels log plugin-registration "errors" on import on CPU-only machines.
+    with console.filtered_stderr():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     _configure_logging()
     from kubeflow import deploy

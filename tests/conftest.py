@@ -8,6 +8,39 @@ import pytest
 
 import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before any TensorFlow import)
 from pipeline import datasets
+from tests import system_packages
+
+_MISSING = pytest.StashKey[list]()
+
+
+def _needed(item: pytest.Item) -> set[str]:
+    return {name for mark in item.iter_markers("system_packages") for name in mark.args}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Installs the Debian packages the selected tests drive, where this process can."""
+    needed = set().union(*(_needed(item) for item in session.items)) if session.items else set()
+    unknown = needed - set(system_packages.PACKAGES)
+    if unknown:
+        raise pytest.UsageError(f"unknown system_packages marker names: {sorted(unknown)}")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    session.config.stash[_MISSING] = system_packages.ensure(needed, say)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    absent = sorted(_needed(item) & set(item.config.stash.get(_MISSING, [])))
+    if not absent:
+        return
+    uses = "; ".join(f"{n} {system_packages.PACKAGES[n].used_for}" for n in absent)
+    line = f"needs Debian's {', '.join(absent)} ({uses}): {system_packages.install_hint(absent)}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {line}", pytrace=False)
+    pytest.skip(line)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import tensorflow as tf
 from components.ml import features
 from pipeline.mlmd import cli as inspect_mlmd
 from pipeline.mlmd import read as mlmd_read
+from tests import system_packages
 from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -240,11 +241,9 @@ CHROMIUM_FLAGS = [
 ]
 
 
+@pytest.mark.system_packages("chromium")
 def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
-    import shutil
-
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium package is required (.ci/run installs it)"
+    chromium = system_packages.which("chromium")
     report = tmp_path / "report.html"
     result = inspect(penguin_runs, "report", "1", "--out", str(report))
     assert result["report"] == str(report)
@@ -305,15 +304,12 @@ def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
 @pytest.fixture
 def mariadb(tmp_path):
     """Debian's MariaDB server on a loopback port, in a throwaway data directory."""
-    import shutil
     import time
 
     import portpicker
 
-    server, install = shutil.which("mariadbd"), shutil.which("mariadb-install-db")
-    if server is None:  # Debian puts the server in sbin, often not on a user's PATH
-        server = "/usr/sbin/mariadbd" if os.path.exists("/usr/sbin/mariadbd") else None
-    assert server and install, "Debian's mariadb-server package is required (.ci/run installs it)"
+    server, install = system_packages.which("mariadbd"), system_packages.which("mariadb-install-db")
+    assert server and install, "the system_packages marker installs mariadb-server or skips"
     data_dir = tmp_path / "mariadb"
     subprocess.run(
         [
@@ -357,6 +353,7 @@ def mariadb(tmp_path):
     process.wait(timeout=60)
 
 
+@pytest.mark.system_packages("mariadb-server")
 def test_pipeline_on_mysql_metadata(mariadb, tmp_path):
     """run_local records MLMD in MySQL (MariaDB here) and inspect_mlmd reads it back."""
     import contextlib

@@ -393,3 +393,35 @@ def test_components_carry_cache_fingerprints_with_the_schema_shipped_in_the_imag
     schema = json.loads(_task_parameter(spec, "ImportSchemaGen", fingerprints.FINGERPRINT_KEY))
     # Read from the local file the image ships (the compiled path is the image's).
     assert schema["schema"] == fingerprints.file_digest(datasets.penguins().schema_path)
+
+
+@pytest.mark.slow
+def test_compile_command_prints_no_tensorflow_cuda_noise(tmp_path):
+    """`python kubeflow/run_kubeflow.py compile`, as a user types it: TensorFlow's CUDA wheels log
+    three plugin-registration "errors" on import on a CPU-only machine; none reach the console."""
+    import os
+    import subprocess
+    import sys
+
+    from pipeline import PROJECT_ROOT
+
+    output = tmp_path / "pipeline.yaml"
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(PROJECT_ROOT, "kubeflow", "run_kubeflow.py"),
+            "compile",
+            "--pipeline_root=gs://bucket/tfx",
+            f"--image={IMAGE}",
+            f"--gpu_image={GPU_IMAGE}",
+            f"--output={output}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"compiled penguins-pipeline -> {output}" in result.stdout
+    assert "Unable to register" not in result.stderr, result.stderr
+    assert "cuda" not in result.stderr.lower(), result.stderr
