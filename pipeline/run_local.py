@@ -86,9 +86,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, dict]:
+def build_config(
+    args: argparse.Namespace,
+) -> tuple[config_lib.PipelineConfig, preflight.Facts]:
     choice = args.dataset_choice
     dataset = datasets.local_dataset(choice, args.output_root)
+    facts: preflight.Facts
     if dataset.is_images:
         facts = preflight.check_images(dataset)
     else:
@@ -104,7 +107,7 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
             local.choose_beam(
                 args.beam_mode,
                 args.beam_workers,
-                facts["total_bytes"],
+                facts.total_bytes,
                 args.beam_arg,
                 images=dataset.is_images,
             ),
@@ -255,9 +258,9 @@ def write_schema_with_excluded(source: str, excluded, target: str) -> None:
         handle.write(text_format.MessageToString(schema))
 
 
-def describe_columns(dataset: config_lib.DatasetConfig, facts: dict, out) -> None:
+def describe_columns(dataset: config_lib.DatasetConfig, facts: preflight.Facts, out) -> None:
     """The task, the label and the columns left out of the features (and how to keep them)."""
-    if dataset.is_images:
+    if not isinstance(facts, preflight.CsvFacts):
         return
     delimiter = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}.get(
         dataset.delimiter, repr(dataset.delimiter)
@@ -265,22 +268,20 @@ def describe_columns(dataset: config_lib.DatasetConfig, facts: dict, out) -> Non
     out.write(
         f"  task {dataset.task} (label {dataset.label_key!r}, --task); {delimiter}-separated\n"
     )
-    identifiers = facts.get("identifiers") or []
-    others = [c for c in dataset.excluded_columns if c not in {n for n, _, _ in identifiers}]
+    identifiers = facts.identifiers
+    names = {identifier.name for identifier in identifiers}
+    others = [c for c in dataset.excluded_columns if c not in names]
     if others:
         out.write(f"  excluded columns: {', '.join(others)}\n")
     if identifiers:
-        listed = ", ".join(
-            f"{name} ({distinct} distinct in {n})" for name, distinct, n in identifiers
-        )
-        names = ",".join(name for name, _, _ in identifiers)
+        listed = ", ".join(f"{i.name} ({i.distinct} distinct in {i.values})" for i in identifiers)
         out.write(
             f"  left out as likely identifiers (near-unique text): {listed}; "
-            f"--keep_columns {names} keeps them as features\n"
+            f"--keep_columns {','.join(i.name for i in identifiers)} keeps them as features\n"
         )
-    if facts.get("rows_without_label"):
+    if facts.rows_without_label:
         out.write(
-            f"  {facts['rows_without_label']} row(s) have no label: ExampleGen rejects and "
+            f"  {facts.rows_without_label} row(s) have no label: ExampleGen rejects and "
             "lists them (--max_rejected_fraction)\n"
         )
 
@@ -323,8 +324,8 @@ def _main(argv: list[str] | None) -> int:
     log_path = configure_logging(os.path.join(os.path.dirname(config.pipeline_root), "logs"))
     out = sys.stdout
     out.write(
-        f"Pipeline {config.pipeline_name}: {facts['description']}, "
-        f"{facts['total_bytes'] / 1e6:.1f} MB from {config.dataset.data_root}\n"
+        f"Pipeline {config.pipeline_name}: {facts.description}, "
+        f"{facts.total_bytes / 1e6:.1f} MB from {config.dataset.data_root}\n"
         f"  Beam {config.beam.describe()}; "
         f"strategy {describe_training(config.training)}; log: {log_path}\n"
     )
