@@ -142,101 +142,35 @@ def _schema_digest(dataset: DatasetConfig) -> str | None:
 
 
 def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
+    """The components in order, each wired to the outputs it reads, with their fingerprints."""
     dataset = config.dataset
-    train_buckets, eval_buckets = config.split_buckets
-    if dataset.is_images:
-        example_gen = ImageExampleGen(
-            input_base=dataset.data_root,
-            split_buckets={TRAIN_SPLIT: train_buckets, EVAL_SPLIT: eval_buckets},
-            num_shards=config.example_shards,
-            max_rejected_fraction=config.max_rejected_fraction,
-        ).with_id("ImageExampleGen")
-    else:
-        example_gen = ShardedCsvExampleGen(
-            input_base=dataset.data_root,
-            file_pattern=dataset.file_pattern,
-            split_buckets={TRAIN_SPLIT: train_buckets, EVAL_SPLIT: eval_buckets},
-            num_shards=config.example_shards,
-            null_values=dataset.null_values,
-            column_types=dict(dataset.column_types),
-            max_rejected_fraction=config.max_rejected_fraction,
-            delimiter=dataset.delimiter,
-            excluded_columns=dataset.excluded_columns,
-            label_key=dataset.label_key,
-        ).with_id("CsvExampleGen")
-
-    statistics_gen = StatisticsGen(examples=example_gen.outputs["examples"])
-    if dataset.schema_path:
-        schema_gen = ImportSchemaGen(schema_file=dataset.schema_path)
-    else:
-        schema_gen = SchemaGen(
-            statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False
-        )
+    example_gen = _example_gen(config)
+    examples = example_gen.outputs["examples"]
+    statistics_gen = StatisticsGen(examples=examples)
+    schema_gen = _schema_gen(dataset, statistics_gen)
+    schema = schema_gen.outputs["schema"]
     example_validator = StrictExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+        statistics=statistics_gen.outputs["statistics"], schema=schema
     ).with_id("ExampleValidator")
-
-    # Images: Transform analyzes (label vocabulary, resize target) and writes the transform graph
-    # only (materialize=False). Its examples would be ExampleGen's encoded bytes again, copied
-    # through tf.Transform at a cost per image larger than ExampleGen's own; the Trainer reads
-    # ExampleGen's shards and applies the transform graph in its tf.data pipeline, as TFMA and
-    # serving apply it.
-    transform = ShardedTransform(
-        examples=example_gen.outputs["examples"],
-        schema=schema_gen.outputs["schema"],
-        preprocessing_fn=IMAGE_PREPROCESSING_FN if dataset.is_images else PREPROCESSING_FN,
-        materialize=not dataset.is_images,
-        custom_config={
-            features.LABEL_KEY_CONFIG: dataset.label_key,
-            features.TASK_CONFIG: dataset.task,
-            transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
-            **(image_transform_config(dataset.image_size) if dataset.is_images else {}),
-        },
-    ).with_id("Transform")
+    transform = _transform(config, examples, schema)
     # Transform reads the examples, not the validation result: order it explicitly so that an
     # anomaly stops the run before any preprocessing or training.
     transform.add_upstream_node(example_validator)
-
-    training = config.training
-    trainer = Trainer(
-        run_fn=RUN_FN,
-        # Images: the raw examples (encoded bytes) with the transform graph; the run_fn's input
-        # pipeline applies the graph (components.ml.inputs.make_dataset).
-        examples=(
-            example_gen.outputs["examples"]
-            if dataset.is_images
-            else transform.outputs["transformed_examples"]
-        ),
-        transform_graph=transform.outputs["transform_graph"],
-        schema=schema_gen.outputs["schema"],
-        train_args=trainer_pb2.TrainArgs(splits=[TRAIN_SPLIT], num_steps=training.train_steps),
-        eval_args=trainer_pb2.EvalArgs(splits=[EVAL_SPLIT], num_steps=training.eval_steps),
-        custom_config=training.to_custom_config(dataset.label_key),
-    )
-
+    trainer = _trainer(config, examples, transform, schema)
     # The newest model the Pusher pushed that is not this candidate: a container component, so
     # that open-source Kubeflow Pipelines (which runs no resolver) and a local run find the
     # baseline the same way (components.tfx_components.baseline says why).
     baseline_model = BaselineModel(
         candidate=trainer.outputs["model"], serving_model_dir=config.serving_model_dir
     ).with_id("BaselineModel")
-
     evaluator = BaselineEvaluator(
-        examples=example_gen.outputs["examples"],
+        examples=examples,
         model=trainer.outputs["model"],
         baseline_model=baseline_model.outputs[baseline_spec.BASELINE_KEY],
         eval_config=eval_config(config),
         example_splits=[EVAL_SPLIT],
     ).with_id("Evaluator")
-    pusher = Pusher(
-        model=trainer.outputs["model"],
-        model_blessing=evaluator.outputs["blessing"],
-        push_destination=pusher_pb2.PushDestination(
-            filesystem=pusher_pb2.PushDestination.Filesystem(
-                base_directory=config.serving_model_dir
-            )
-        ),
-    )
+    pusher = _pusher(config, trainer, evaluator)
     nodes = [
         example_gen,
         statistics_gen,
@@ -256,4 +190,87 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         enable_cache=config.enable_cache,
         metadata_connection_config=config.metadata_connection_config(),
         beam_pipeline_args=config.beam.pipeline_args(),
+    )
+
+
+def _example_gen(config: PipelineConfig):
+    """Image class folders or CSV files, hash-split into train and eval, in sharded files."""
+    dataset = config.dataset
+    train_buckets, eval_buckets = config.split_buckets
+    split_buckets = {TRAIN_SPLIT: train_buckets, EVAL_SPLIT: eval_buckets}
+    if dataset.is_images:
+        return ImageExampleGen(
+            input_base=dataset.data_root,
+            split_buckets=split_buckets,
+            num_shards=config.example_shards,
+            max_rejected_fraction=config.max_rejected_fraction,
+        ).with_id("ImageExampleGen")
+    return ShardedCsvExampleGen(
+        input_base=dataset.data_root,
+        file_pattern=dataset.file_pattern,
+        split_buckets=split_buckets,
+        num_shards=config.example_shards,
+        null_values=dataset.null_values,
+        column_types=dict(dataset.column_types),
+        max_rejected_fraction=config.max_rejected_fraction,
+        delimiter=dataset.delimiter,
+        excluded_columns=dataset.excluded_columns,
+        label_key=dataset.label_key,
+    ).with_id("CsvExampleGen")
+
+
+def _schema_gen(dataset: DatasetConfig, statistics_gen):
+    """The curated schema when the dataset has one, else one inferred from the statistics."""
+    if dataset.schema_path:
+        return ImportSchemaGen(schema_file=dataset.schema_path)
+    return SchemaGen(statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)
+
+
+def _transform(config: PipelineConfig, examples, schema):
+    """Images: Transform analyzes (label vocabulary, resize target) and writes the transform
+    graph only (materialize=False). Its examples would be ExampleGen's encoded bytes again,
+    copied through tf.Transform at a cost per image larger than ExampleGen's own; the Trainer
+    reads ExampleGen's shards and applies the transform graph in its tf.data pipeline, as TFMA
+    and serving apply it."""
+    dataset = config.dataset
+    return ShardedTransform(
+        examples=examples,
+        schema=schema,
+        preprocessing_fn=IMAGE_PREPROCESSING_FN if dataset.is_images else PREPROCESSING_FN,
+        materialize=not dataset.is_images,
+        custom_config={
+            features.LABEL_KEY_CONFIG: dataset.label_key,
+            features.TASK_CONFIG: dataset.task,
+            transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
+            **(image_transform_config(dataset.image_size) if dataset.is_images else {}),
+        },
+    ).with_id("Transform")
+
+
+def _trainer(config: PipelineConfig, examples, transform, schema):
+    """Images: the raw examples (encoded bytes) with the transform graph; the run_fn's input
+    pipeline applies the graph (components.ml.inputs.make_dataset). Tabular: Transform's
+    examples."""
+    dataset, training = config.dataset, config.training
+    return Trainer(
+        run_fn=RUN_FN,
+        examples=examples if dataset.is_images else transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema,
+        train_args=trainer_pb2.TrainArgs(splits=[TRAIN_SPLIT], num_steps=training.train_steps),
+        eval_args=trainer_pb2.EvalArgs(splits=[EVAL_SPLIT], num_steps=training.eval_steps),
+        custom_config=training.to_custom_config(dataset.label_key),
+    )
+
+
+def _pusher(config: PipelineConfig, trainer, evaluator):
+    """Pushes a blessed model to the serving directory."""
+    return Pusher(
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        push_destination=pusher_pb2.PushDestination(
+            filesystem=pusher_pb2.PushDestination.Filesystem(
+                base_directory=config.serving_model_dir
+            )
+        ),
     )

@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import glob
 import os
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +42,58 @@ IDENTIFIER_DISTINCT_FRACTION = 0.9
 # Curated schemas mark a column that is not a feature with one of these lifecycle stages
 # (tf.Transform and TFDV leave such features out); ExampleGen then does not write it.
 EXCLUDED_STAGES = ("DISABLED", "DEPRECATED")
+
+
+class Identifier(NamedTuple):
+    """A string column whose values nearly all differ: it identifies rows (a name, a date, a
+    key) and is left out of the features of an inferred schema."""
+
+    name: str
+    distinct: int
+    values: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CsvFacts:
+    """What the pre-flight read of the CSV files found, and what it decided."""
+
+    files: tuple[str, ...]
+    # The header every file shares, in file order.
+    columns: tuple[str, ...]
+    total_bytes: int
+    # (column, type) of the columns ExampleGen writes, in file order, from a curated schema;
+    # empty for an inferred schema (ExampleGen infers the types).
+    column_types: tuple[tuple[str, str], ...]
+    # Data rows read (a ragged row, which ExampleGen rejects and lists, is not among them).
+    rows: int
+    rows_without_label: int
+    # classification or regression (dataset.task "auto" resolved).
+    task: str
+    delimiter: str
+    # The dataset's, the schema's DISABLED ones, then the identifiers left out.
+    excluded_columns: tuple[str, ...]
+    identifiers: tuple[Identifier, ...]
+
+    @property
+    def description(self) -> str:
+        return f"{len(self.files)} CSV file(s)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFolderFacts:
+    """The files of an image dataset's class folders."""
+
+    files: tuple[str, ...]
+    classes: tuple[str, ...]
+    total_bytes: int
+
+    @property
+    def description(self) -> str:
+        return f"{len(self.files)} image file(s) in {len(self.classes)} class folder(s)"
+
+
+# What check_dataset or check_images found.
+Facts = CsvFacts | ImageFolderFacts
 
 
 def input_files(dataset: DatasetConfig) -> list[str]:
@@ -167,9 +220,9 @@ def resolve_task(dataset: DatasetConfig, label_type: str, values: pa.ChunkedArra
     return task
 
 
-def likely_identifiers(table: pa.Table, names) -> list[tuple[str, int, int]]:
-    """(column, distinct values, values) of the string columns whose values are nearly all
-    distinct: they identify rows (names, dates, keys) and would be memorised as features."""
+def likely_identifiers(table: pa.Table, names) -> list[Identifier]:
+    """The string columns whose values are nearly all distinct: they identify rows (names,
+    dates, keys) and would be memorised as features."""
     found = []
     for name in names:
         values = table.column(name).drop_null()
@@ -177,11 +230,25 @@ def likely_identifiers(table: pa.Table, names) -> list[tuple[str, int, int]]:
             continue
         distinct = len(pc.unique(values))
         if distinct >= IDENTIFIER_DISTINCT_FRACTION * len(values):
-            found.append((name, distinct, len(values)))
+            found.append(Identifier(name, distinct, len(values)))
     return found
 
 
-def check_dataset(dataset: DatasetConfig, delimiter: str | None = None, keep_columns=()) -> dict:
+@dataclasses.dataclass(frozen=True)
+class _ColumnRoles:
+    """What the schema (curated or to be inferred) makes of the columns: the columns left out,
+    the types a curated schema fixes, the label's type, and the columns read to decide."""
+
+    excluded: list[str]
+    column_types: dict[str, str]
+    label_type: str
+    table: pa.Table
+    identifiers: list[Identifier]
+
+
+def check_dataset(
+    dataset: DatasetConfig, delimiter: str | None = None, keep_columns=()
+) -> CsvFacts:
     """Reads the CSV files once (the label column; every column for an inferred schema) and
     returns the facts the runner needs: files, columns, total bytes, schema column types, the
     task (dataset.task "auto" resolved), the delimiter (sniffed unless given), the excluded
@@ -190,6 +257,32 @@ def check_dataset(dataset: DatasetConfig, delimiter: str | None = None, keep_col
     the column and what to do."""
     files = input_files(dataset)
     delimiter = delimiter or sniff_delimiter(files[0])
+    first_path, columns = _shared_header(files, delimiter)
+    hint = csv_reader.one_column_hint(columns, delimiter)
+    _check_named_columns(dataset, keep_columns, first_path, columns, hint)
+    if dataset.schema_path:
+        schema = load_schema(dataset.schema_path)
+        roles = _roles_by_schema(dataset, schema, files, delimiter, first_path, columns, hint)
+    else:
+        roles = _roles_inferred(dataset, files, delimiter, columns, keep_columns)
+    _check_features_left(dataset.label_key, roles.excluded, first_path, columns, hint)
+    label_values = roles.table.column(dataset.label_key)
+    return CsvFacts(
+        files=tuple(files),
+        columns=tuple(columns),
+        total_bytes=sum(os.path.getsize(path) for path in files),
+        column_types=tuple(roles.column_types.items()),
+        rows=roles.table.num_rows,
+        rows_without_label=label_values.null_count,
+        task=resolve_task(dataset, roles.label_type, label_values, files),
+        delimiter=delimiter,
+        excluded_columns=tuple(roles.excluded),
+        identifiers=tuple(roles.identifiers),
+    )
+
+
+def _shared_header(files: list[str], delimiter: str) -> tuple[str, list[str]]:
+    """(the first file, its columns): every file's header, which must all be the same."""
     headers = {path: read_header(path, delimiter) for path in files}
     first_path, columns = next(iter(headers.items()))
     for path, header in headers.items():
@@ -198,7 +291,11 @@ def check_dataset(dataset: DatasetConfig, delimiter: str | None = None, keep_col
                 f"{path}: columns {header} differ from {first_path}'s {columns}; all files "
                 "under --data must share one header"
             )
-    hint = csv_reader.one_column_hint(columns, delimiter)
+    return first_path, columns
+
+
+def _check_named_columns(dataset: DatasetConfig, keep_columns, first_path, columns, hint) -> None:
+    """The label and the columns the flags name are in the header."""
     label = dataset.label_key
     if label not in columns:
         raise InputError(
@@ -216,58 +313,88 @@ def check_dataset(dataset: DatasetConfig, delimiter: str | None = None, keep_col
             f"--keep_columns names column(s) {unknown} that {first_path} does not have; "
             f"columns are {columns}"
         )
+
+
+def _roles_by_schema(
+    dataset: DatasetConfig, schema, files, delimiter: str, first_path: str, columns, hint: str
+) -> _ColumnRoles:
+    """A curated schema: the header must hold its active features (and nothing else but the
+    excluded columns); it fixes the column types. Only the label column is read."""
+    label = dataset.label_key
     excluded = list(dataset.excluded_columns)
-    column_types: dict[str, str] = {}
-    label_type = None
-    if dataset.schema_path:
-        schema = load_schema(dataset.schema_path)
-        schema_types = csv_reader.schema_column_types(schema)
-        disabled = _excluded_by_schema(schema)
-        if label in disabled:
-            raise InputError(
-                f"label column {label!r} is marked excluded (lifecycle_stage) in schema "
-                f"{dataset.schema_path}; the label must be an active feature"
-            )
-        active = [name for name in schema_types if name not in disabled]
-        listed = [name for name in excluded if name in active]
-        if listed:
-            raise InputError(
-                f"column(s) {listed} (--exclude_columns) are features of schema "
-                f"{dataset.schema_path}: mark them `lifecycle_stage: DISABLED` there, or drop "
-                "them from --exclude_columns"
-            )
-        excluded += [name for name in disabled if name in columns and name not in excluded]
-        kept = [name for name in columns if name not in excluded]
-        missing = [name for name in active if name not in columns]
-        unexpected = [name for name in kept if name not in schema_types]
-        if missing or unexpected:
-            parts = []
-            if missing:
-                parts.append(f"missing column(s) {missing}")
-            if unexpected:
-                parts.append(
-                    f"column(s) {unexpected} not in the schema (leave them out with "
-                    "--exclude_columns)"
-                )
-            raise InputError(
-                f"{first_path}: does not match schema {dataset.schema_path}: {'; '.join(parts)}"
-                + hint
-            )
-        if label not in schema_types:
-            raise InputError(f"label column {label!r} is not in schema {dataset.schema_path}")
-        # ExampleGen reads columns in file order; the schema fixes their types.
-        column_types = {name: schema_types[name] for name in kept}
-        label_type = schema_types[label]
-        table = _read_columns(files, dataset, delimiter, columns, [label])
-        identifiers: list[tuple[str, int, int]] = []
-    else:
-        candidates = [name for name in columns if name not in excluded]
-        table = _read_columns(files, dataset, delimiter, columns, candidates)
-        label_type = csv_reader.infer_column_type(table.column(label))
-        identifiers = likely_identifiers(
-            table, [n for n in candidates if n != label and n not in keep_columns]
+    schema_types = csv_reader.schema_column_types(schema)
+    disabled = _excluded_by_schema(schema)
+    if label in disabled:
+        raise InputError(
+            f"label column {label!r} is marked excluded (lifecycle_stage) in schema "
+            f"{dataset.schema_path}; the label must be an active feature"
         )
-        excluded += [name for name, _, _ in identifiers]
+    active = [name for name in schema_types if name not in disabled]
+    listed = [name for name in excluded if name in active]
+    if listed:
+        raise InputError(
+            f"column(s) {listed} (--exclude_columns) are features of schema "
+            f"{dataset.schema_path}: mark them `lifecycle_stage: DISABLED` there, or drop "
+            "them from --exclude_columns"
+        )
+    excluded += [name for name in disabled if name in columns and name not in excluded]
+    kept = [name for name in columns if name not in excluded]
+    _check_schema_columns(dataset, schema_types, active, kept, first_path, columns, hint)
+    # ExampleGen reads columns in file order; the schema fixes their types.
+    return _ColumnRoles(
+        excluded=excluded,
+        column_types={name: schema_types[name] for name in kept},
+        label_type=schema_types[label],
+        table=_read_columns(files, dataset, delimiter, columns, [label]),
+        identifiers=[],
+    )
+
+
+def _check_schema_columns(
+    dataset: DatasetConfig, schema_types, active, kept, first_path: str, columns, hint: str
+) -> None:
+    missing = [name for name in active if name not in columns]
+    unexpected = [name for name in kept if name not in schema_types]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing column(s) {missing}")
+        if unexpected:
+            parts.append(
+                f"column(s) {unexpected} not in the schema (leave them out with --exclude_columns)"
+            )
+        raise InputError(
+            f"{first_path}: does not match schema {dataset.schema_path}: {'; '.join(parts)}" + hint
+        )
+    if dataset.label_key not in schema_types:
+        raise InputError(
+            f"label column {dataset.label_key!r} is not in schema {dataset.schema_path}"
+        )
+
+
+def _roles_inferred(
+    dataset: DatasetConfig, files, delimiter: str, columns, keep_columns
+) -> _ColumnRoles:
+    """No curated schema: every column not excluded is read, the label's type is inferred, and
+    likely identifiers (unless kept) are left out too."""
+    label = dataset.label_key
+    excluded = list(dataset.excluded_columns)
+    candidates = [name for name in columns if name not in excluded]
+    table = _read_columns(files, dataset, delimiter, columns, candidates)
+    label_type = csv_reader.infer_column_type(table.column(label))
+    identifiers = likely_identifiers(
+        table, [n for n in candidates if n != label and n not in keep_columns]
+    )
+    return _ColumnRoles(
+        excluded=excluded + [identifier.name for identifier in identifiers],
+        column_types={},
+        label_type=label_type,
+        table=table,
+        identifiers=identifiers,
+    )
+
+
+def _check_features_left(label: str, excluded, first_path: str, columns, hint: str) -> None:
     features = [name for name in columns if name != label and name not in excluded]
     if not features:
         left_out = f"; excluded: {excluded}" if excluded else ""
@@ -275,20 +402,6 @@ def check_dataset(dataset: DatasetConfig, delimiter: str | None = None, keep_col
             f"{first_path}: no feature columns to predict {label!r} from (columns {columns}"
             f"{left_out}); add columns, or keep excluded ones (--keep_columns)" + hint
         )
-    task = resolve_task(dataset, label_type, table.column(label), files)
-    return {
-        "files": files,
-        "columns": columns,
-        "total_bytes": sum(os.path.getsize(path) for path in files),
-        "column_types": column_types,
-        "description": f"{len(files)} CSV file(s)",
-        "rows": table.num_rows,
-        "rows_without_label": table.column(label).null_count,
-        "task": task,
-        "delimiter": delimiter,
-        "excluded_columns": tuple(excluded),
-        "identifiers": identifiers,
-    }
 
 
 def cluster_csv_settings(
@@ -328,16 +441,16 @@ def cluster_csv_settings(
     }
 
 
-def resolved(dataset: DatasetConfig, facts: dict) -> DatasetConfig:
+def resolved(dataset: DatasetConfig, facts: Facts) -> DatasetConfig:
     """The dataset as the pre-flight facts fix it: column types, task, delimiter, exclusions."""
-    if dataset.is_images:
+    if isinstance(facts, ImageFolderFacts):
         return dataclasses.replace(dataset, column_types=())
     return dataclasses.replace(
         dataset,
-        column_types=tuple(facts["column_types"].items()),
-        task=facts["task"],
-        delimiter=facts["delimiter"],
-        excluded_columns=facts["excluded_columns"],
+        column_types=facts.column_types,
+        task=facts.task,
+        delimiter=facts.delimiter,
+        excluded_columns=facts.excluded_columns,
     )
 
 
@@ -357,7 +470,7 @@ def _size_or_zero(path: str) -> int:
         return 0
 
 
-def check_images(dataset: DatasetConfig) -> dict:
+def check_images(dataset: DatasetConfig) -> ImageFolderFacts:
     """Image folders: at least two class sub-folders holding files (nested folders included).
     The files themselves are validated (and rejected with reasons) by the image ExampleGen, in
     parallel."""
@@ -384,10 +497,8 @@ def check_images(dataset: DatasetConfig) -> dict:
             raise InputError(
                 f"schema {dataset.schema_path} lacks the image feature(s) {missing} (--schema)"
             )
-    return {
-        "files": files,
-        "classes": classes,
-        "total_bytes": sum(_size_or_zero(path) for path in files),
-        "column_types": {},
-        "description": f"{len(files)} image file(s) in {len(classes)} class folder(s)",
-    }
+    return ImageFolderFacts(
+        files=tuple(files),
+        classes=tuple(classes),
+        total_bytes=sum(_size_or_zero(path) for path in files),
+    )

@@ -10,14 +10,13 @@ full TFX/Beam/TensorFlow log goes to <output_root>/<pipeline>/logs/.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import logging
 import os
-import shutil
 import sys
 import time
 import warnings
+from typing import TYPE_CHECKING, TextIO
 
 # TensorFlow's C++ INFO and WARNING lines (per-epoch end-of-data notices under a distribution
 # strategy among them) would drown the progress lines; TF_CPP_MIN_LOG_LEVEL=0 brings them back.
@@ -28,8 +27,11 @@ warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_cor
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import datasets, flags, preflight  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
-from pipeline.local import console  # noqa: E402
+from pipeline.local import console, report  # noqa: E402
 from pipeline.local import policy as local  # noqa: E402
+
+if TYPE_CHECKING:
+    from pipeline.local.guard import RunGuard
 
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -86,9 +88,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, dict]:
+def build_config(
+    args: argparse.Namespace,
+) -> tuple[config_lib.PipelineConfig, preflight.Facts]:
     choice = args.dataset_choice
     dataset = datasets.local_dataset(choice, args.output_root)
+    facts: preflight.Facts
     if dataset.is_images:
         facts = preflight.check_images(dataset)
     else:
@@ -104,7 +109,7 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
             local.choose_beam(
                 args.beam_mode,
                 args.beam_workers,
-                facts["total_bytes"],
+                facts.total_bytes,
                 args.beam_arg,
                 images=dataset.is_images,
             ),
@@ -129,170 +134,6 @@ def build_config(args: argparse.Namespace) -> tuple[config_lib.PipelineConfig, d
         else None,
     )
     return config, facts
-
-
-def configure_logging(log_dir: str) -> str:
-    """Everything to a log file; the console gets progress lines and errors only."""
-    os.makedirs(log_dir, exist_ok=True)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    log_path = os.path.join(log_dir, f"run-{stamp}.log")
-    file_handler = logging.FileHandler(log_path)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [file_handler]
-    root.setLevel(logging.INFO)
-    # TensorFlow's logger writes to stderr by itself when it is imported before this point.
-    tf_logger = logging.getLogger("tensorflow")
-    tf_logger.handlers.clear()
-    tf_logger.propagate = True
-    logging.captureWarnings(True)
-    warnings.simplefilter("default")
-
-    from absl import logging as absl_logging
-
-    absl_logging.set_verbosity(absl_logging.INFO)
-    # absl would otherwise also write its records to stderr.
-    absl_logging.get_absl_handler().setLevel(logging.CRITICAL + 1)
-    return log_path
-
-
-def print_summary(summary, config: config_lib.PipelineConfig, seconds: float, out) -> None:
-    executed = sum(1 for c in summary.components if c["status"] == "executed")
-    cached = sum(1 for c in summary.components if c["status"] == "cached")
-    out.write(
-        f"\nPipeline {config.pipeline_name} finished in {seconds:.1f}s: "
-        f"{executed} component(s) executed, {cached} reused from cache.\n"
-    )
-    if summary.example_counts:
-        counts = ", ".join(f"{name} {n}" for name, n in summary.example_counts.items())
-        unit = "files" if config.dataset.is_images else "rows"
-        out.write(f"  examples:      {counts}; {unit} rejected: {summary.rows_rejected}\n")
-        if summary.rows_rejected and summary.rejected_listing:
-            out.write(f"  rejected {unit}: listed in {summary.rejected_listing}\n")
-    if summary.metrics:
-        metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()))
-        out.write(f"  eval metrics:  {metrics}\n")
-    out.write(f"  blessed:       {describe_blessing(summary, config)}\n")
-    out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
-    out.write(f"  MLMD:          {summary.metadata_path}\n")
-
-
-# Per task: the metric the Evaluator thresholds, how it reads, and the flag that sets its bound.
-_BLESSING_CONDITION = {
-    "classification": ("sparse_categorical_accuracy", "accuracy", "--accuracy_threshold"),
-    "regression": (
-        "mean_squared_error_skill",
-        "skill over predicting the training mean (1 - MSE / MSE of the mean)",
-        "--min_regression_skill",
-    ),
-}
-
-
-def describe_blessing(summary, config: config_lib.PipelineConfig) -> str:
-    """yes/NO and the conditions; for NO, each failed condition with its value and the flag (or
-    check) that decides it."""
-    metric, what, flag = _BLESSING_CONDITION[config.dataset.task]
-    bound = (
-        config.accuracy_threshold
-        if config.dataset.task == "classification"
-        else config.min_regression_skill
-    )
-    conditions = f"{what} >= {bound}, no regression against the previous blessed model"
-    if summary.blessed is None:
-        return f"unknown ({conditions})"
-    if summary.blessed:
-        return f"yes ({conditions})"
-    reasons = []
-    for failure in summary.blessing_failures:
-        value = failure["value"]
-        if failure["is_diff"]:
-            reasons.append(
-                f"{what} changed by {value:+.4f} against the previous blessed model (no "
-                "regression allowed; the previous model stays the one served)"
-            )
-        elif failure["metric"] == metric:
-            reasons.append(f"{what} {value:.4f} is below {bound} ({flag} sets it)")
-        else:
-            reasons.append(f"{failure['metric']}: {failure['message']}")
-    return "NO: " + ("; ".join(reasons) or f"failed one of: {conditions}")
-
-
-def export_inferred_schema(summary, config: config_lib.PipelineConfig, out) -> None:
-    if config.dataset.schema_path or not summary.inferred_schema_uri:
-        return
-    target_dir = os.path.join(os.path.dirname(config.pipeline_root), "inferred_schema")
-    os.makedirs(target_dir, exist_ok=True)
-    target = os.path.join(target_dir, "schema.pbtxt")
-    excluded = config.dataset.excluded_columns
-    if excluded:
-        write_schema_with_excluded(summary.inferred_schema_uri, excluded, target)
-    else:
-        shutil.copyfile(summary.inferred_schema_uri, target)
-    curated = os.path.join(datasets.SCHEMAS_DIR, config.dataset.name, "schema.pbtxt")
-    out.write(
-        f"  inferred schema: {target}\n"
-        f"    review it (types, domains, presence), then curate it into {curated};\n"
-        f"    later runs import it and validate new data against it.\n"
-    )
-    if excluded:
-        out.write(
-            f"    columns left out are in it as `lifecycle_stage: DISABLED`: {', '.join(excluded)}"
-            "\n    (delete that line to make one a feature)\n"
-        )
-
-
-def write_schema_with_excluded(source: str, excluded, target: str) -> None:
-    """The inferred schema plus the excluded columns (which ExampleGen never wrote, so SchemaGen
-    never saw) as DISABLED features: curated as it is, it reads the same CSV files."""
-    from google.protobuf import text_format
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
-    schema = preflight.load_schema(source)
-    for name in excluded:
-        feature = schema.feature.add(name=name, type=schema_pb2.BYTES)
-        feature.lifecycle_stage = schema_pb2.DISABLED
-    with open(target, "w") as handle:
-        handle.write(text_format.MessageToString(schema))
-
-
-def describe_columns(dataset: config_lib.DatasetConfig, facts: dict, out) -> None:
-    """The task, the label and the columns left out of the features (and how to keep them)."""
-    if dataset.is_images:
-        return
-    delimiter = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}.get(
-        dataset.delimiter, repr(dataset.delimiter)
-    )
-    out.write(
-        f"  task {dataset.task} (label {dataset.label_key!r}, --task); {delimiter}-separated\n"
-    )
-    identifiers = facts.get("identifiers") or []
-    others = [c for c in dataset.excluded_columns if c not in {n for n, _, _ in identifiers}]
-    if others:
-        out.write(f"  excluded columns: {', '.join(others)}\n")
-    if identifiers:
-        listed = ", ".join(
-            f"{name} ({distinct} distinct in {n})" for name, distinct, n in identifiers
-        )
-        names = ",".join(name for name, _, _ in identifiers)
-        out.write(
-            f"  left out as likely identifiers (near-unique text): {listed}; "
-            f"--keep_columns {names} keeps them as features\n"
-        )
-    if facts.get("rows_without_label"):
-        out.write(
-            f"  {facts['rows_without_label']} row(s) have no label: ExampleGen rejects and "
-            "lists them (--max_rejected_fraction)\n"
-        )
-
-
-def describe_training(training: config_lib.TrainingConfig) -> str:
-    if training.strategy == "parameter_server":
-        return f"parameter_server ({training.workers} worker(s), {training.ps} ps)"
-    if training.strategy == "multi_worker_mirrored":
-        return f"multi_worker_mirrored ({training.workers} worker(s))"
-    if training.cpu_devices > 1:
-        return f"{training.strategy} ({training.cpu_devices} logical CPU devices)"
-    return training.strategy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,18 +161,16 @@ def _main(argv: list[str] | None) -> int:
     except run_guard.RunGuardError as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
-    log_path = configure_logging(os.path.join(os.path.dirname(config.pipeline_root), "logs"))
-    out = sys.stdout
-    out.write(
-        f"Pipeline {config.pipeline_name}: {facts['description']}, "
-        f"{facts['total_bytes'] / 1e6:.1f} MB from {config.dataset.data_root}\n"
-        f"  Beam {config.beam.describe()}; "
-        f"strategy {describe_training(config.training)}; log: {log_path}\n"
-    )
-    describe_columns(config.dataset, facts, out)
-    out.flush()
+    log_dir = os.path.join(os.path.dirname(config.pipeline_root), "logs")
+    log_path = console.configure_logging(log_dir)
+    report.print_start(config, facts, log_path, sys.stdout)
+    return _run(config, guard, log_path, sys.stdout)
 
+
+def _run(config: config_lib.PipelineConfig, guard: RunGuard, log_path: str, out: TextIO) -> int:
+    """Runs the pipeline with progress lines, then summarises it; the exit code."""
     from pipeline import builder, fingerprints
+    from pipeline.local import guard as run_guard
     from pipeline.local import progress
     from pipeline.local import summary as run_summary
 
@@ -353,9 +192,8 @@ def _main(argv: list[str] | None) -> int:
         local.run_dag(tfx_pipeline)
     except Exception as error:  # report any component failure in one clear block
         logging.exception("pipeline failed")
-        failed = reporter.last_component or "the pipeline"
         reason = run_guard.describe_failure(error)
-        sys.stderr.write(f"\nerror: {failed} failed: {reason}\n  full log: {log_path}\n")
+        report.print_failure(reporter.last_component, reason, log_path, sys.stderr)
         return EXIT_PIPELINE_FAILED
     finally:
         progress.detach(reporter)
@@ -363,14 +201,11 @@ def _main(argv: list[str] | None) -> int:
     summary = run_summary.summarize(
         config.metadata_connection_config(), reporter.records, config.metadata_location
     )
-    print_summary(summary, config, time.monotonic() - started, out)
-    export_inferred_schema(summary, config, out)
+    report.print_summary(summary, config, time.monotonic() - started, out)
+    report.export_inferred_schema(summary, config, out)
     if summary.pushed_model:
         return 0
-    out.write(
-        f"  exit code {EXIT_NOT_PUSHED}: a model was trained but not pushed (not blessed); "
-        "the serving directory is unchanged\n"
-    )
+    report.print_not_pushed(EXIT_NOT_PUSHED, out)
     return EXIT_NOT_PUSHED
 
 

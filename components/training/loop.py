@@ -207,21 +207,76 @@ def _configure_precision(settings: TrainingConfig) -> None:
         keras.mixed_precision.set_global_policy(settings.mixed_precision)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """How one task trains: batch, epochs and steps, input sharding and caching."""
+
+    global_batch: int
+    parameter_server: bool
+    num_workers: int
+    epochs: int
+    steps_per_epoch: int
+    cache_decoded: bool
+    shard_policy: tf.data.experimental.AutoShardPolicy
+
+
 def train(task: TrainTask) -> dict:
     """Trains under the task's strategy; the chief exports the serving model. Returns final
     metrics and where training started (for resumed runs)."""
-    settings = task.settings
-    # The strategy first: multi-worker strategies configure collective ops, which must happen
-    # before anything else initializes TensorFlow's runtime in this process.
+    strategy = _start_runtime(task.settings)
+    tf_transform_output = tft.TFTransformOutput(task.transform_output)
+    chief = strategies.is_chief(strategy)
+    plan = _plan(task, strategy, tf_transform_output)
+    if plan.num_workers > 1 and chief:
+        _log_sharding(task, plan)
+    train_data, eval_data = _datasets(task, plan, tf_transform_output)
+    keras_model = _build_model(task, strategy, tf_transform_output)
+    progress = EpochProgress(plan.epochs, chief)
+    # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
+    timer = None if plan.parameter_server else SteadyStateTimer(plan.global_batch)
+    callbacks = _callbacks(task, strategy, chief, [progress] + ([timer] if timer else []))
+    _log_training_start(strategy, plan, chief)
+    fit_started = time.monotonic()
+    history = _fit(keras_model, train_data, eval_data, plan, task.settings, callbacks)
+    train_seconds = time.monotonic() - fit_started
+    final = {name: float(values[-1]) for name, values in history.history.items()}
+    logging.info("Final metrics: %s", final)
+    _export(keras_model, tf_transform_output, task, chief)
+    result = {
+        "metrics": final,
+        "first_epoch": progress.first_epoch,
+        "epochs": plan.epochs,
+        "steps_per_epoch": plan.steps_per_epoch,
+        "replicas": strategy.num_replicas_in_sync,
+        "global_batch": plan.global_batch,
+        "strategy": type(strategy).__name__,
+        # Wall time of fit(), trace and validation included; steps run in this attempt.
+        "train_seconds": train_seconds,
+        "steps_run": (plan.epochs - (progress.first_epoch or 0)) * plan.steps_per_epoch,
+        "steady_examples_per_second": timer.examples_per_second if timer else None,
+    }
+    if chief:
+        _write_result(task, result)
+    return result
+
+
+def _start_runtime(settings: TrainingConfig) -> tf.distribute.Strategy:
+    """The strategy first: multi-worker strategies configure collective ops, which must happen
+    before anything else initializes TensorFlow's runtime in this process. Then the seed and
+    the precision policy."""
     strategy = strategies.make_strategy(settings.strategy)
     keras.utils.set_random_seed(settings.seed)
     _configure_precision(settings)
-    tf_transform_output = tft.TFTransformOutput(task.transform_output)
-    chief = strategies.is_chief(strategy)
+    return strategy
+
+
+def _plan(task: TrainTask, strategy, tf_transform_output) -> _Plan:
+    """Global batch, epochs x steps (the train files counted unless train_steps is set), the
+    decoded-image cache and the input shard policy."""
+    settings = task.settings
     global_batch = strategies.global_batch_size(settings.per_replica_batch_size, strategy)
     is_ps = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     num_workers = settings.workers if settings.needs_cluster else 1
-
     image_size = image_preprocessing.image_size_of(tf_transform_output)
     num_train = None
     if settings.train_steps:
@@ -235,20 +290,38 @@ def train(task: TrainTask) -> dict:
     shard_policy = shard_policy_for(
         task, len(task.train_files), num_workers, images=image_size is not None
     )
-    if num_workers > 1 and chief:
-        logging.info(
-            "Input sharding across %d worker(s): %s (%d file(s))",
-            num_workers,
-            shard_policy.name,
-            len(task.train_files),
-        )
-        progress_log.info(
-            "%d workers, input sharded by %s over %d file(s), global batch %d",
-            num_workers,
-            shard_policy.name,
-            len(task.train_files),
-            global_batch,
-        )
+    return _Plan(
+        global_batch=global_batch,
+        parameter_server=is_ps,
+        num_workers=num_workers,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        cache_decoded=cache_decoded,
+        shard_policy=shard_policy,
+    )
+
+
+def _log_sharding(task: TrainTask, plan: _Plan) -> None:
+    logging.info(
+        "Input sharding across %d worker(s): %s (%d file(s))",
+        plan.num_workers,
+        plan.shard_policy.name,
+        len(task.train_files),
+    )
+    progress_log.info(
+        "%d workers, input sharded by %s over %d file(s), global batch %d",
+        plan.num_workers,
+        plan.shard_policy.name,
+        len(task.train_files),
+        plan.global_batch,
+    )
+
+
+def _datasets(task: TrainTask, plan: _Plan, tf_transform_output) -> tuple:
+    """(train data, eval data). Parameter-server training: a DatasetCreator whose every worker
+    builds its own pipeline, and no eval data (the Evaluator component evaluates the exported
+    model). Otherwise: datasets under the plan's shard policy."""
+    settings = task.settings
 
     def make_train_dataset(files, batch_size):
         return inputs.make_dataset(
@@ -259,39 +332,41 @@ def train(task: TrainTask) -> dict:
             shuffle=settings.shuffle,
             repeat=True,
             seed=settings.seed,
-            cache_decoded_images=cache_decoded,
+            cache_decoded_images=plan.cache_decoded,
         )
 
-    if is_ps:
+    if plan.parameter_server:
         # Each worker builds its own pipeline; shard by input pipeline id.
         def dataset_fn(input_context: tf.distribute.InputContext):
-            batch = input_context.get_per_replica_batch_size(global_batch)
+            batch = input_context.get_per_replica_batch_size(plan.global_batch)
             files = task.train_files
             pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-            if shard_policy == tf.data.experimental.AutoShardPolicy.FILE and pipelines > 1:
+            if plan.shard_policy == tf.data.experimental.AutoShardPolicy.FILE and pipelines > 1:
                 return make_train_dataset(files[index::pipelines], batch)
             return make_train_dataset(files, batch).shard(pipelines, index)
 
-        train_data = keras.utils.experimental.DatasetCreator(dataset_fn)
-        eval_data = None  # the Evaluator component evaluates the exported model
-    else:
-        train_data = _with_shard_policy(
-            make_train_dataset(task.train_files, global_batch), shard_policy
-        )
-        eval_data = _with_shard_policy(
-            inputs.make_dataset(
-                task.eval_files,
-                tf_transform_output,
-                task.label_key,
-                global_batch,
-                shuffle=False,
-                repeat=False,
-            ),
-            shard_policy,
-        )
+        return keras.utils.experimental.DatasetCreator(dataset_fn), None
+    train_data = _with_shard_policy(
+        make_train_dataset(task.train_files, plan.global_batch), plan.shard_policy
+    )
+    eval_data = _with_shard_policy(
+        inputs.make_dataset(
+            task.eval_files,
+            tf_transform_output,
+            task.label_key,
+            plan.global_batch,
+            shuffle=False,
+            repeat=False,
+        ),
+        plan.shard_policy,
+    )
+    return train_data, eval_data
 
+
+def _build_model(task: TrainTask, strategy, tf_transform_output):
+    settings = task.settings
     with strategy.scope():
-        keras_model = model.build_keras_model(
+        return model.build_keras_model(
             tf_transform_output,
             task.label_key,
             hidden_units=settings.hidden_units,
@@ -299,10 +374,12 @@ def train(task: TrainTask) -> dict:
             jit_compile=settings.xla,
             image_model=settings.image_model,
         )
-    progress = EpochProgress(epochs, chief)
-    # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
-    timer = None if is_ps else SteadyStateTimer(global_batch)
-    callbacks = [progress] + ([timer] if timer else [])
+
+
+def _callbacks(task: TrainTask, strategy, chief: bool, callbacks: list) -> list:
+    """The given callbacks, then BackupAndRestore where a restarted task can resume, then (on
+    the chief) TensorBoard."""
+    callbacks = list(callbacks)
     if not task.runs_in_process() and isinstance(
         strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
     ):
@@ -314,7 +391,7 @@ def train(task: TrainTask) -> dict:
         callbacks.append(
             keras.callbacks.BackupAndRestore(
                 task.backup_dir,
-                save_freq=settings.checkpoint_every_steps or "epoch",
+                save_freq=task.settings.checkpoint_every_steps or "epoch",
                 delete_checkpoint=True,
             )
         )
@@ -324,57 +401,47 @@ def train(task: TrainTask) -> dict:
                 log_dir=task.model_run_dir, update_freq="epoch", profile_batch=0
             )
         )
+    return callbacks
+
+
+def _log_training_start(strategy, plan: _Plan, chief: bool) -> None:
     if chief:
         progress_log.info(
             "%s: %d replica(s), global batch %d, %d epoch(s) x %d step(s)",
             type(strategy).__name__,
             strategy.num_replicas_in_sync,
-            global_batch,
-            epochs,
-            steps_per_epoch,
+            plan.global_batch,
+            plan.epochs,
+            plan.steps_per_epoch,
         )
     logging.info(
         "Training with %s: global batch %d (%d replica(s)), %d epoch(s) x %d step(s)",
         type(strategy).__name__,
-        global_batch,
+        plan.global_batch,
         strategy.num_replicas_in_sync,
-        epochs,
-        steps_per_epoch,
+        plan.epochs,
+        plan.steps_per_epoch,
     )
-    fit_started = time.monotonic()
-    history = keras_model.fit(
+
+
+def _fit(keras_model, train_data, eval_data, plan: _Plan, settings: TrainingConfig, callbacks):
+    return keras_model.fit(
         train_data,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
+        epochs=plan.epochs,
+        steps_per_epoch=plan.steps_per_epoch,
         validation_data=eval_data,
         validation_steps=settings.eval_steps,
         # Validate once, after the last epoch: per-epoch validation under a distribution
         # strategy re-creates the distributed eval iterator every epoch (2x the training time).
-        validation_freq=epochs,
+        validation_freq=plan.epochs,
         callbacks=callbacks,
         verbose=0,
     )
-    train_seconds = time.monotonic() - fit_started
-    final = {name: float(values[-1]) for name, values in history.history.items()}
-    logging.info("Final metrics: %s", final)
-    _export(keras_model, tf_transform_output, task, chief)
-    result = {
-        "metrics": final,
-        "first_epoch": progress.first_epoch,
-        "epochs": epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "replicas": strategy.num_replicas_in_sync,
-        "global_batch": global_batch,
-        "strategy": type(strategy).__name__,
-        # Wall time of fit(), trace and validation included; steps run in this attempt.
-        "train_seconds": train_seconds,
-        "steps_run": (epochs - (progress.first_epoch or 0)) * steps_per_epoch,
-        "steady_examples_per_second": timer.examples_per_second if timer else None,
-    }
-    if chief:
-        with tf.io.gfile.GFile(os.path.join(task.model_run_dir, RESULT_FILE), "w") as handle:
-            handle.write(json.dumps(result, indent=2))
-    return result
+
+
+def _write_result(task: TrainTask, result: dict) -> None:
+    with tf.io.gfile.GFile(os.path.join(task.model_run_dir, RESULT_FILE), "w") as handle:
+        handle.write(json.dumps(result, indent=2))
 
 
 def _export(keras_model, tf_transform_output, task: TrainTask, chief: bool) -> None:

@@ -1,17 +1,20 @@
 """What the local runner's console shows: the process's stderr (file descriptor 2, which child
 processes inherit) without the lines TensorFlow's CUDA build prints on every import on a
-machine without GPUs (every other line, native or Python, passes through unchanged), and an
-exit that skips the interpreter teardown's harmless TensorFlow tracebacks."""
+machine without GPUs (every other line, native or Python, passes through unchanged), the log
+records sent to a log file instead of the console, and an exit that skips the interpreter
+teardown's harmless TensorFlow tracebacks."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import logging
 import os
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -62,6 +65,31 @@ def filtered_stderr(noise: re.Pattern = NOISE) -> Iterator[None]:
         os.dup2(original, 2)
         thread.join(timeout=5)
         os.close(original)
+
+
+def configure_logging(log_dir: str) -> str:
+    """Everything to a log file; the console gets progress lines and errors only."""
+    os.makedirs(log_dir, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log_path = os.path.join(log_dir, f"run-{stamp}.log")
+    file_handler = logging.FileHandler(log_path)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [file_handler]
+    root.setLevel(logging.INFO)
+    # TensorFlow's logger writes to stderr by itself when it is imported before this point.
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.handlers.clear()
+    tf_logger.propagate = True
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")
+
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.INFO)
+    # absl would otherwise also write its records to stderr.
+    absl_logging.get_absl_handler().setLevel(logging.CRITICAL + 1)
+    return log_path
 
 
 def exit_without_teardown(code: int) -> NoReturn:

@@ -12,10 +12,10 @@ def dataset(data_root, label="species", schema_path=None):
 
 def test_penguins_pass_with_schema_types():
     facts = preflight.check_dataset(datasets.penguins())
-    assert [f.rsplit("/", 1)[-1] for f in facts["files"]] == ["penguins.csv"]
-    assert facts["columns"][0] == "species"
-    assert facts["column_types"]["bill_length_mm"] == "float"
-    assert list(facts["column_types"]) == facts["columns"]  # file order
+    assert [f.rsplit("/", 1)[-1] for f in facts.files] == ["penguins.csv"]
+    assert facts.columns[0] == "species"
+    assert dict(facts.column_types)["bill_length_mm"] == "float"
+    assert [name for name, _ in facts.column_types] == list(facts.columns)  # file order
 
 
 def test_missing_directory(tmp_path):
@@ -88,7 +88,7 @@ def test_image_folders_with_a_schema_lacking_the_image_features(tmp_path):
     root = image_data.write_synthetic(str(tmp_path / "jpeg"), 4, 16, 2, seed=3)
     digits = datasets.user_images(root, 32, schema_path=datasets.curated_schema_path("digits"))
     facts = preflight.check_images(digits)
-    assert len(facts["files"]) == 4 and len(facts["classes"]) == 2
+    assert len(facts.files) == 4 and len(facts.classes) == 2
     csv_schema = datasets.user_images(root, 32, schema_path=datasets.penguins().schema_path)
     lacking = r"lacks the image feature\(s\) \['class_name', 'image'\] \(--schema\)"
     with pytest.raises(preflight.InputError, match=lacking):
@@ -118,13 +118,13 @@ def rows(header: str, values, sep=","):
 )
 def test_auto_task_from_the_label_values(write_csv, labels, task):
     write_csv("a.csv", rows("x,y", [(i, label) for i, label in enumerate(labels)]))
-    assert preflight.check_dataset(csv_dataset(write_csv.dir))["task"] == task
+    assert preflight.check_dataset(csv_dataset(write_csv.dir)).task == task
 
 
 def test_forced_task_is_kept_and_text_cannot_be_regressed(write_csv):
     write_csv("a.csv", rows("x,y", [(1, 0), (2, 1), (3, 1)]))
     facts = preflight.check_dataset(csv_dataset(write_csv.dir, task="regression"))
-    assert facts["task"] == "regression"
+    assert facts.task == "regression"
     write_csv("a.csv", rows("x,y", [(1, "a"), (2, "b")]))
     with pytest.raises(preflight.InputError, match=r"holds text \('a'\).*--task classification"):
         preflight.check_dataset(csv_dataset(write_csv.dir, task="regression"))
@@ -155,7 +155,7 @@ def test_constant_regression_target_is_refused(write_csv):
 def test_rows_without_label_are_counted(write_csv):
     write_csv("a.csv", rows("x,y", [(1, "a"), (2, ""), (3, "b")]))
     facts = preflight.check_dataset(csv_dataset(write_csv.dir))
-    assert (facts["rows"], facts["rows_without_label"]) == (3, 1)
+    assert (facts.rows, facts.rows_without_label) == (3, 1)
 
 
 def test_data_flag_given_a_file_says_to_pass_the_directory(write_csv):
@@ -170,7 +170,7 @@ def test_data_flag_given_a_file_says_to_pass_the_directory(write_csv):
 def test_delimiter_is_sniffed(write_csv, sep):
     write_csv("a.csv", rows(sep.join(["x", "note", "y"]), [(1, "p q", "a"), (2, "r", "b")], sep))
     facts = preflight.check_dataset(csv_dataset(write_csv.dir))
-    assert facts["delimiter"] == sep and facts["columns"] == ["x", "note", "y"]
+    assert facts.delimiter == sep and facts.columns == ("x", "note", "y")
 
 
 def test_forced_delimiter_that_leaves_one_column_gets_a_hint(write_csv):
@@ -183,14 +183,14 @@ def test_near_unique_strings_are_left_out_unless_kept(write_csv):
     values = [(f"2024-01-{i:02d}", f"p{i}", i % 3, "ab"[i % 2]) for i in range(1, 31)]
     write_csv("a.csv", rows("date,name,x,y", values))
     facts = preflight.check_dataset(csv_dataset(write_csv.dir))
-    assert facts["excluded_columns"] == ("date", "name")
-    assert [name for name, _, _ in facts["identifiers"]] == ["date", "name"]
+    assert facts.excluded_columns == ("date", "name")
+    assert [identifier.name for identifier in facts.identifiers] == ["date", "name"]
     kept = preflight.check_dataset(csv_dataset(write_csv.dir), keep_columns=("date",))
-    assert kept["excluded_columns"] == ("name",)
+    assert kept.excluded_columns == ("name",)
     excluded = preflight.check_dataset(
         csv_dataset(write_csv.dir, excluded_columns=("x",)), keep_columns=("date",)
     )
-    assert excluded["excluded_columns"] == ("x", "name")
+    assert excluded.excluded_columns == ("x", "name")
 
 
 def test_excluded_column_must_exist(write_csv):
@@ -214,7 +214,7 @@ def test_curated_schema_marks_a_column_excluded(tmp_path, penguins_csv, penguins
     path = tmp_path / "schema.pbtxt"
     path.write_text(text_format.MessageToString(schema))
     facts = preflight.check_dataset(csv_dataset(str(data), "species", schema_path=str(path)))
-    assert facts["excluded_columns"] == ("year",) and "year" not in facts["column_types"]
+    assert facts.excluded_columns == ("year",) and "year" not in dict(facts.column_types)
     # Deleting the column from the schema instead is refused, naming the flag that allows it.
     schema.feature.remove(year)
     path.write_text(text_format.MessageToString(schema))
@@ -223,7 +223,7 @@ def test_curated_schema_marks_a_column_excluded(tmp_path, penguins_csv, penguins
     facts = preflight.check_dataset(
         csv_dataset(str(data), "species", schema_path=str(path), excluded_columns=("year",))
     )
-    assert facts["excluded_columns"] == ("year",)
+    assert facts.excluded_columns == ("year",)
 
 
 def test_cluster_settings_come_from_the_flags_and_the_schema(tmp_path, penguins_schema_path):
@@ -247,3 +247,123 @@ def test_cluster_settings_come_from_the_flags_and_the_schema(tmp_path, penguins_
     )
     with pytest.raises(preflight.InputError, match="cannot be regressed"):
         preflight.cluster_csv_settings("species", str(path), "regression", None)
+
+
+# --- the typed pre-flight result on real data: the penguins CSV (palmerpenguins) -------------
+
+
+def _penguin_lines(penguins_csv) -> list[bytes]:
+    with open(penguins_csv, "rb") as handle:
+        return handle.read().split(b"\n")
+
+
+def _penguin_rows(penguins_csv) -> list[list[str]]:
+    import csv
+
+    with open(penguins_csv, newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def test_penguins_facts_with_the_curated_schema(penguins_csv):
+    import dataclasses
+    import os
+
+    facts = preflight.check_dataset(datasets.penguins())
+    header, *data = _penguin_rows(penguins_csv)
+    assert isinstance(facts, preflight.CsvFacts)
+    assert facts.files == (penguins_csv,)
+    assert facts.columns == tuple(header)
+    assert facts.total_bytes == os.path.getsize(penguins_csv)
+    assert facts.rows == len(data) and facts.rows > 300
+    assert facts.rows_without_label == sum(1 for row in data if not row[0])
+    # Every column in file order, typed by schemas/penguins/schema.pbtxt.
+    assert [name for name, _ in facts.column_types] == header
+    types = dict(facts.column_types)
+    assert (types["species"], types["bill_length_mm"], types["flipper_length_mm"]) == (
+        "string",
+        "float",
+        "int",
+    )
+    assert (facts.task, facts.delimiter) == ("classification", ",")
+    assert facts.excluded_columns == () and facts.identifiers == ()
+    assert facts.description == "1 CSV file(s)"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        facts.task = "regression"  # type: ignore[misc]
+    resolved = preflight.resolved(datasets.penguins(), facts)
+    assert resolved.column_types == facts.column_types and resolved.task == "classification"
+
+
+def test_penguins_facts_inferred_with_blank_labels_an_identifier_and_semicolons(
+    write_csv, penguins_csv
+):
+    header, *data = _penguin_rows(penguins_csv)
+    blanked = {3, 50, 200}
+    lines = [";".join(["penguin_id", *header])]
+    for index, row in enumerate(data):
+        label = "" if index in blanked else row[0]
+        lines.append(";".join([f"p-{index:04d}", label, *row[1:]]))
+    path = write_csv("penguins.csv", "\n".join(lines) + "\n")
+    dataset = csv_dataset(write_csv.dir, "species", excluded_columns=("year",))
+    facts = preflight.check_dataset(dataset)
+    assert facts.files == (path,) and facts.columns == ("penguin_id", *header)
+    assert (facts.rows, facts.rows_without_label) == (len(data), len(blanked))
+    assert facts.column_types == ()  # ExampleGen infers them
+    assert (facts.task, facts.delimiter) == ("classification", ";")
+    assert facts.identifiers == (preflight.Identifier("penguin_id", len(data), len(data)),)
+    assert facts.excluded_columns == ("year", "penguin_id")
+    resolved = preflight.resolved(dataset, facts)
+    assert (resolved.delimiter, resolved.excluded_columns) == (";", ("year", "penguin_id"))
+
+
+def test_penguins_facts_leave_a_ragged_row_out_of_the_count(write_csv, penguins_csv):
+    lines = _penguin_lines(penguins_csv)
+    lines[5] += b",one too many"
+    write_csv("penguins.csv", b"\n".join(lines))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir, "species"))
+    assert facts.rows == len(_penguin_rows(penguins_csv)) - 2  # the header and the ragged row
+
+
+def test_a_bad_penguins_row_names_the_file_and_the_line(write_csv, penguins_csv):
+    lines = _penguin_lines(penguins_csv)
+    assert lines[10].startswith(b"Adelie,Torgersen,")
+    lines[10] = lines[10].replace(b"Torgersen", b"Torg\xffersen")
+    path = write_csv("penguins.csv", b"\n".join(lines))
+    with pytest.raises(preflight.InputError) as error:
+        preflight.check_dataset(csv_dataset(write_csv.dir, "species"))
+    assert str(error.value).startswith(f"{path}: line 11 is not UTF-8 text")
+
+
+def test_a_renamed_penguins_column_names_the_file_and_both_columns(
+    write_csv, penguins_csv, penguins_schema_path
+):
+    lines = _penguin_lines(penguins_csv)
+    lines[0] = lines[0].replace(b"bill_length_mm", b"bill_len")
+    path = write_csv("penguins.csv", b"\n".join(lines))
+    dataset = csv_dataset(write_csv.dir, "species", schema_path=penguins_schema_path)
+    with pytest.raises(preflight.InputError) as error:
+        preflight.check_dataset(dataset)
+    message = str(error.value)
+    assert message.startswith(f"{path}: does not match schema {penguins_schema_path}")
+    assert "missing column(s) ['bill_length_mm']" in message
+    assert "column(s) ['bill_len'] not in the schema" in message
+
+
+def test_image_folder_facts(tmp_path):
+    import os
+
+    from pipeline.datasets import images as image_data
+
+    root = image_data.write_synthetic(str(tmp_path / "jpeg"), 6, 16, 3, seed=1)
+    facts = preflight.check_images(datasets.user_images(root, 32))
+    assert isinstance(facts, preflight.ImageFolderFacts)
+    assert facts.classes == ("class_00", "class_01", "class_02")
+    on_disk = sorted(
+        os.path.join(root, name, file)
+        for name in facts.classes
+        for file in os.listdir(os.path.join(root, name))
+    )
+    assert sorted(facts.files) == on_disk and len(on_disk) == 6
+    assert facts.total_bytes == sum(os.path.getsize(path) for path in facts.files) > 0
+    assert facts.description == "6 image file(s) in 3 class folder(s)"
+    dataset = datasets.user_images(root, 32)
+    assert preflight.resolved(dataset, facts).column_types == ()

@@ -65,16 +65,16 @@ def ingest(data_dir: str) -> dict:
     dataset = DatasetConfig(name="hostile", data_root=data_dir, label_key=LABEL)
     facts = preflight.check_dataset(dataset)
     parsed_files = []
-    for path in facts["files"]:
+    for path in facts.files:
         with open(path, "rb") as handle:
             parsed_files.append(
                 csv_reader.read_csv_as_strings(
                     path,
                     handle.read(),
                     NULLS,
-                    [c for c in facts["columns"] if c not in facts["excluded_columns"]],
-                    delimiter=facts["delimiter"],
-                    excluded_columns=facts["excluded_columns"],
+                    [c for c in facts.columns if c not in facts.excluded_columns],
+                    delimiter=facts.delimiter,
+                    excluded_columns=facts.excluded_columns,
                 )
             )
     types = csv_reader.unify_column_types(csv_reader.infer_column_types(p) for p in parsed_files)

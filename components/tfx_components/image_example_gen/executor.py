@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import gzip
 import json
 import os
@@ -266,6 +267,84 @@ def ReadImageFoldersToShards(
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What one execution reads and writes: the class folders (and files directly under the
+    root) of input_base, the splits and their shards, and where the listings go."""
+
+    split_names: list[str]
+    buckets: list[int]
+    examples: types.Artifact
+    num_shards: int
+    max_rejected_fraction: float
+    input_base: str
+    class_names: list[str]
+    root_files: list[reader.ListedPath]
+    # Listing name (LISTINGS) -> its JSON lines file.
+    listings: dict[str, str]
+    split_uris: dict[str, str]
+
+    @classmethod
+    def of(cls, exec_properties: dict[str, Any], output_dict) -> _Job:
+        split = ingestion.hash_split_output(exec_properties, output_dict, "ImageExampleGen")
+        input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
+        # Keyword arguments are evaluated in order: the settings are read before the folders.
+        return cls(
+            split_names=split.names,
+            buckets=split.buckets,
+            examples=split.examples,
+            num_shards=int(exec_properties.get(NUM_SHARDS_KEY) or DEFAULT_NUM_SHARDS),
+            max_rejected_fraction=float(exec_properties.get(MAX_REJECTED_FRACTION_KEY) or 0.0),
+            input_base=input_base,
+            class_names=reader.list_class_names(input_base),
+            root_files=reader.list_root_files(input_base),
+            listings={
+                name: ingestion.listing_file(split.examples.uri, REJECTED_DIR, name)
+                for name in LISTINGS
+            },
+            split_uris={
+                name: artifact_utils.get_split_uri([split.examples], name) for name in split.names
+            },
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Accounting:
+    """Where every file found went, from the run's committed counters: found = written +
+    rejected + ignored (hidden files and files directly under the root)."""
+
+    found: int
+    rejected: int
+    hidden: int
+    root_files: int
+    extension_differs: int
+    folders_skipped: int
+    # Split -> examples written; class -> examples written; class -> files rejected.
+    written: dict[str, int]
+    per_class: dict[str, int]
+    rejected_per_class: dict[str, int]
+
+    @property
+    def ignored(self) -> int:
+        return self.hidden + self.root_files
+
+    @classmethod
+    def of(cls, counts: dict[str, int], job: _Job) -> _Accounting:
+        return cls(
+            found=counts.get("files_found", 0) + len(job.root_files),
+            rejected=counts.get("files_rejected", 0),
+            hidden=counts.get("hidden_files_ignored", 0),
+            root_files=len(job.root_files),
+            extension_differs=counts.get("extension_differs", 0),
+            folders_skipped=counts.get("folders_skipped", 0),
+            written={name: counts.get(f"examples_{name}", 0) for name in job.split_names},
+            per_class={name: counts.get(f"class_{name}", 0) for name in job.class_names},
+            rejected_per_class={
+                name: counts.get(f"rejected_{name}", 0) for name in job.class_names
+            },
+        )
+
+
 class Executor(base_beam_executor.BaseBeamExecutor):
     """Executor for the image ExampleGen (FileBasedExampleGen spec, driver and artifacts)."""
 
@@ -276,124 +355,137 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         exec_properties: dict[str, Any],
     ) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
-        split = ingestion.hash_split_output(exec_properties, output_dict, "ImageExampleGen")
-        split_names, buckets, examples_artifact = split.names, split.buckets, split.examples
-        num_shards = int(exec_properties.get(NUM_SHARDS_KEY) or DEFAULT_NUM_SHARDS)
-        max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY) or 0.0)
-        input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
-        class_names = reader.list_class_names(input_base)
-        root_files = reader.list_root_files(input_base)
+        job = _Job.of(exec_properties, output_dict)
+        _log_job(job)
+        result = self._read_and_write_shards(job)
+        _write_missing_shards(job)
+        accounting = _Accounting.of(ingestion.committed_counters(result, METRICS_NAMESPACE), job)
+        _record_properties(job, accounting)
+        _log_accounting(accounting)
+        _check_accounting(job, accounting)
 
-        listings = {
-            name: ingestion.listing_file(examples_artifact.uri, REJECTED_DIR, name)
-            for name in LISTINGS
-        }
-        logging.info(
-            "ImageExampleGen: %d class folder(s) under %s -> splits %s (buckets %s), "
-            "%d shard(s) each; listings in %s",
-            len(class_names),
-            input_base,
-            split_names,
-            buckets,
-            num_shards,
-            ingestion.listings_uri(examples_artifact.uri, REJECTED_DIR),
-        )
-
-        split_uris = {
-            name: artifact_utils.get_split_uri([examples_artifact], name) for name in split_names
-        }
-        for uri in split_uris.values():
+    def _read_and_write_shards(self, job: _Job):
+        """Runs the Beam pipeline: every (split, shard) file, and the listings (files directly
+        under the root among the ignored). Returns the finished pipeline's result."""
+        for uri in job.split_uris.values():
             fileio.makedirs(uri)
         pipeline = self._make_beam_pipeline()
         outputs = pipeline | "ReadImageFoldersToShards" >> ReadImageFoldersToShards(
-            input_base, class_names, split_uris, buckets, num_shards
+            job.input_base, job.class_names, job.split_uris, job.buckets, job.num_shards
         )
-        root_lines = pipeline | "RootFiles" >> beam.Create([f.to_json() for f in root_files])
+        root_lines = pipeline | "RootFiles" >> beam.Create([f.to_json() for f in job.root_files])
         outputs[IGNORED] = (outputs[IGNORED], root_lines) | "AllIgnored" >> beam.Flatten()
         for name, lines in outputs.items():
             _ = lines | f"Write[{name}]" >> beam.io.WriteToText(
-                listings[name][: -len(".jsonl")],
+                job.listings[name][: -len(".jsonl")],
                 file_name_suffix=".jsonl",
                 num_shards=1,
                 shard_name_template="",
             )
         result = pipeline.run()
         result.wait_until_finish()
-        # A (split, shard) that received no file still gets its (empty) shard file.
-        for uri in split_uris.values():
-            for shard in range(num_shards):
-                path = shard_path(uri, shard, num_shards)
-                if not fileio.exists(path):
-                    with fileio.open(path, "wb"):
-                        pass
+        return result
 
-        counts = ingestion.committed_counters(result, METRICS_NAMESPACE)
-        found = counts.get("files_found", 0) + len(root_files)
-        rejected_count = counts.get("files_rejected", 0)
-        hidden = counts.get("hidden_files_ignored", 0)
-        ignored = hidden + len(root_files)
-        written = {name: counts.get(f"examples_{name}", 0) for name in split_names}
-        per_class = {name: counts.get(f"class_{name}", 0) for name in class_names}
-        rejected_per_class = {name: counts.get(f"rejected_{name}", 0) for name in class_names}
-        examples_artifact.set_int_custom_property("num_files_found", found)
-        examples_artifact.set_int_custom_property("num_files_rejected", rejected_count)
-        examples_artifact.set_int_custom_property("num_files_ignored", ignored)
-        examples_artifact.set_int_custom_property("num_hidden_files_ignored", hidden)
-        examples_artifact.set_int_custom_property("num_root_files_ignored", len(root_files))
-        examples_artifact.set_int_custom_property(
-            "num_extension_differs", counts.get("extension_differs", 0)
+
+def _log_job(job: _Job) -> None:
+    logging.info(
+        "ImageExampleGen: %d class folder(s) under %s -> splits %s (buckets %s), "
+        "%d shard(s) each; listings in %s",
+        len(job.class_names),
+        job.input_base,
+        job.split_names,
+        job.buckets,
+        job.num_shards,
+        ingestion.listings_uri(job.examples.uri, REJECTED_DIR),
+    )
+
+
+def _write_missing_shards(job: _Job) -> None:
+    """A (split, shard) that received no file still gets its (empty) shard file."""
+    for uri in job.split_uris.values():
+        for shard in range(job.num_shards):
+            path = shard_path(uri, shard, job.num_shards)
+            if not fileio.exists(path):
+                with fileio.open(path, "wb"):
+                    pass
+
+
+def _record_properties(job: _Job, accounting: _Accounting) -> None:
+    """The counts, listings, label vocabulary and per-class counts as custom properties of the
+    Examples artifact."""
+    ints = {
+        "num_files_found": accounting.found,
+        "num_files_rejected": accounting.rejected,
+        "num_files_ignored": accounting.ignored,
+        "num_hidden_files_ignored": accounting.hidden,
+        "num_root_files_ignored": accounting.root_files,
+        "num_extension_differs": accounting.extension_differs,
+        "num_folders_skipped": accounting.folders_skipped,
+        "num_shards_per_split": job.num_shards,
+    }
+    strings = {
+        "rejected_files_uri": job.listings[REJECTED],
+        "ignored_files_uri": job.listings[IGNORED],
+        "extension_differs_uri": job.listings[EXTENSION_DIFFERS],
+        "skipped_folders_uri": job.listings[SKIPPED],
+        "split_example_counts": json.dumps(accounting.written),
+        "label_vocabulary": json.dumps(job.class_names),
+        "class_example_counts": json.dumps(accounting.per_class),
+        "payload_format": "FORMAT_TF_EXAMPLE",
+        "file_format": "tfrecords_gzip",
+    }
+    for name, number in ints.items():
+        job.examples.set_int_custom_property(name, number)
+    for name, text in strings.items():
+        job.examples.set_string_custom_property(name, text)
+
+
+def _log_accounting(accounting: _Accounting) -> None:
+    logging.info(
+        "ImageExampleGen: %d file(s) found = %s written + %d rejected + %d ignored "
+        "(%d hidden, %d directly under the root); %d with an extension that differs from "
+        "the content (kept); %d folder(s) not entered",
+        accounting.found,
+        " + ".join(f"{n} {name}" for name, n in accounting.written.items()),
+        accounting.rejected,
+        accounting.ignored,
+        accounting.hidden,
+        accounting.root_files,
+        accounting.extension_differs,
+        accounting.folders_skipped,
+    )
+
+
+def _check_accounting(job: _Job, accounting: _Accounting) -> None:
+    """Fails the run when files are unaccounted for, when no class folder held a file, when a
+    class has no valid image, and when more than max_rejected_fraction of the files read as
+    images were rejected."""
+    found, rejected, ignored = accounting.found, accounting.rejected, accounting.ignored
+    if sum(accounting.written.values()) + rejected + ignored != found:
+        raise AssertionError(
+            f"file accounting failed: found {found}, written {accounting.written}, "
+            f"rejected {rejected}, ignored {ignored}"
         )
-        examples_artifact.set_int_custom_property(
-            "num_folders_skipped", counts.get("folders_skipped", 0)
+    if found == ignored:
+        raise ValueError(
+            f"no files in the class folders under {job.input_base!r}"
+            + (f" ({ignored} ignored, listed in {job.listings[IGNORED]})" if ignored else "")
         )
-        examples_artifact.set_int_custom_property("num_shards_per_split", num_shards)
-        examples_artifact.set_string_custom_property("rejected_files_uri", listings[REJECTED])
-        examples_artifact.set_string_custom_property("ignored_files_uri", listings[IGNORED])
-        examples_artifact.set_string_custom_property(
-            "extension_differs_uri", listings[EXTENSION_DIFFERS]
+    empty = [name for name in job.class_names if accounting.per_class[name] == 0]
+    if empty:
+        raise ClassWithoutImagesError(
+            _empty_class_message(
+                job.listings[REJECTED], job.input_base, empty, accounting.rejected_per_class
+            )
         )
-        examples_artifact.set_string_custom_property("skipped_folders_uri", listings[SKIPPED])
-        examples_artifact.set_string_custom_property("split_example_counts", json.dumps(written))
-        examples_artifact.set_string_custom_property("label_vocabulary", json.dumps(class_names))
-        examples_artifact.set_string_custom_property("class_example_counts", json.dumps(per_class))
-        examples_artifact.set_string_custom_property("payload_format", "FORMAT_TF_EXAMPLE")
-        examples_artifact.set_string_custom_property("file_format", "tfrecords_gzip")
-        logging.info(
-            "ImageExampleGen: %d file(s) found = %s written + %d rejected + %d ignored "
-            "(%d hidden, %d directly under the root); %d with an extension that differs from "
-            "the content (kept); %d folder(s) not entered",
-            found,
-            " + ".join(f"{n} {name}" for name, n in written.items()),
-            rejected_count,
-            ignored,
-            hidden,
-            len(root_files),
-            counts.get("extension_differs", 0),
-            counts.get("folders_skipped", 0),
+    # The fraction is of the files read as images (ignored files are not candidates).
+    candidates = found - ignored
+    if rejected and rejected > job.max_rejected_fraction * candidates:
+        raise TooManyRejectedFilesError(
+            _rejection_message(
+                job.listings[REJECTED], candidates, rejected, job.max_rejected_fraction
+            )
         )
-        if sum(written.values()) + rejected_count + ignored != found:
-            raise AssertionError(
-                f"file accounting failed: found {found}, written {written}, "
-                f"rejected {rejected_count}, ignored {ignored}"
-            )
-        if found == ignored:
-            raise ValueError(
-                f"no files in the class folders under {input_base!r}"
-                + (f" ({ignored} ignored, listed in {listings[IGNORED]})" if ignored else "")
-            )
-        empty = [name for name in class_names if per_class[name] == 0]
-        if empty:
-            raise ClassWithoutImagesError(
-                _empty_class_message(listings[REJECTED], input_base, empty, rejected_per_class)
-            )
-        # The fraction is of the files read as images (ignored files are not candidates).
-        candidates = found - ignored
-        if rejected_count and rejected_count > max_rejected_fraction * candidates:
-            raise TooManyRejectedFilesError(
-                _rejection_message(
-                    listings[REJECTED], candidates, rejected_count, max_rejected_fraction
-                )
-            )
 
 
 def read_listing(uri: str) -> list[reader.ListedPath]:

@@ -1,0 +1,134 @@
+"""What a local run prints: the start lines from the typed pre-flight facts (input, Beam mode,
+strategy, task, columns left out), the blessing in words, and the inferred schema exported with
+the excluded columns as DISABLED features."""
+
+from __future__ import annotations
+
+import io
+
+from pipeline import config as config_lib
+from pipeline import datasets, preflight
+from pipeline.local import report
+
+
+def _start_lines(config, facts) -> list[str]:
+    out = io.StringIO()
+    report.print_start(config, facts, "/logs/run.log", out)
+    return out.getvalue().splitlines()
+
+
+def test_start_lines_for_the_penguins(tmp_path):
+    facts = preflight.check_dataset(datasets.penguins())
+    dataset = preflight.resolved(datasets.penguins(), facts)
+    config = config_lib.local_config(dataset=dataset, output_root=str(tmp_path))
+    lines = _start_lines(config, facts)
+    megabytes = f"{facts.total_bytes / 1e6:.1f} MB"
+    assert lines[0] == (
+        f"Pipeline {config.pipeline_name}: 1 CSV file(s), {megabytes} from {dataset.data_root}"
+    )
+    assert lines[1].startswith(f"  Beam {config.beam.describe()}; strategy mirrored; log: ")
+    assert lines[1].endswith("log: /logs/run.log")
+    assert lines[2:] == ["  task classification (label 'species', --task); comma-separated"]
+
+
+def test_start_lines_name_excluded_columns_identifiers_and_unlabelled_rows(tmp_path, write_csv):
+    names = [f"p{i:03d}" for i in range(30)]
+    text = "id;x;year;y\n" + "".join(
+        f"{name};{i % 4};2020;{'' if i in (2, 7) else 'ab'[i % 2]}\n"
+        for i, name in enumerate(names)
+    )
+    write_csv("rows.csv", text)
+    dataset = datasets.user_csv(write_csv.dir, "y", excluded_columns=("year",))
+    facts = preflight.check_dataset(dataset)
+    config = config_lib.local_config(
+        dataset=preflight.resolved(dataset, facts), output_root=str(tmp_path)
+    )
+    assert _start_lines(config, facts)[2:] == [
+        "  task classification (label 'y', --task); semicolon-separated",
+        "  excluded columns: year",
+        "  left out as likely identifiers (near-unique text): id (30 distinct in 30); "
+        "--keep_columns id keeps them as features",
+        "  2 row(s) have no label: ExampleGen rejects and lists them (--max_rejected_fraction)",
+    ]
+
+
+def test_start_lines_for_image_folders_have_no_column_lines(tmp_path):
+    from pipeline.datasets import images as image_data
+
+    root = image_data.write_synthetic(str(tmp_path / "jpeg"), 4, 16, 2, seed=3)
+    dataset = datasets.user_images(root, 32)
+    facts = preflight.check_images(dataset)
+    config = config_lib.local_config(
+        dataset=preflight.resolved(dataset, facts), output_root=str(tmp_path)
+    )
+    lines = _start_lines(config, facts)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"Pipeline {config.pipeline_name}: 4 image file(s) in 2 class")
+
+
+def test_training_in_words():
+    training = config_lib.TrainingConfig
+    assert report.describe_training(training()) == "mirrored"
+    assert (
+        report.describe_training(training(strategy="parameter_server", workers=2, ps=1))
+        == "parameter_server (2 worker(s), 1 ps)"
+    )
+    assert (
+        report.describe_training(training(strategy="mirrored", cpu_devices=2))
+        == "mirrored (2 logical CPU devices)"
+    )
+
+
+def _summary(blessed, failures=()):
+    from pipeline.local import summary as run_summary
+
+    return run_summary.RunSummary(
+        components=[],
+        metrics={},
+        blessed=blessed,
+        pushed_model=None,
+        example_counts={},
+        rows_rejected=0,
+        inferred_schema_uri=None,
+        metadata_path="m",
+        blessing_failures=list(failures),
+    )
+
+
+def test_not_blessed_names_the_failed_condition_and_its_flag(tmp_path):
+    from pipeline import config as config_lib
+    from pipeline import datasets
+
+    dataset = datasets.user_csv(str(tmp_path), "y", task="regression")
+    config = config_lib.local_config(dataset=dataset, output_root=str(tmp_path))
+    below = {"metric": "mean_squared_error_skill", "value": 0.05, "is_diff": False, "message": ""}
+    text = report.describe_blessing(_summary(False, [below]), config)
+    assert text.startswith("NO: ") and "0.0500 is below 0.1 (--min_regression_skill" in text
+    regressed = {**below, "value": -0.02, "is_diff": True}
+    text = report.describe_blessing(_summary(False, [regressed]), config)
+    assert "changed by -0.0200 against the previous blessed model" in text
+    penguins = config_lib.local_config(dataset=datasets.penguins(), output_root=str(tmp_path))
+    accuracy = {**below, "metric": "sparse_categorical_accuracy", "value": 0.5}
+    assert "(--accuracy_threshold sets it)" in report.describe_blessing(
+        _summary(False, [accuracy]), penguins
+    )
+    assert report.describe_blessing(_summary(True), penguins).startswith("yes (accuracy >= ")
+
+
+def test_exported_inferred_schema_lists_excluded_columns_as_disabled(tmp_path):
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from pipeline import preflight
+
+    source = tmp_path / "inferred.pbtxt"
+    source.write_text('feature { name: "x" type: INT }\nfeature { name: "y" type: BYTES }\n')
+    target = tmp_path / "schema.pbtxt"
+    report.write_schema_with_excluded(str(source), ("date", "name"), str(target))
+    schema = preflight.load_schema(str(target))
+    stages = {f.name: f.lifecycle_stage for f in schema.feature}
+    assert stages == {
+        "x": schema_pb2.UNKNOWN_STAGE,
+        "y": schema_pb2.UNKNOWN_STAGE,
+        "date": schema_pb2.DISABLED,
+        "name": schema_pb2.DISABLED,
+    }
