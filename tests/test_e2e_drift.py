@@ -11,7 +11,8 @@ import pytest
 
 from pipeline import datasets
 from pipeline.mlmd import read as mlmd_read
-from tests.test_e2e_local import explain, run_local
+from tests.docs import pages
+from tests.test_e2e_local import explain
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -82,23 +83,27 @@ DRIFTS = {
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory, penguins_csv):
-    root = tmp_path_factory.mktemp("drift")
-    data = root / "penguins_data"
+    """csv.md's run with a curated schema (`--schema schema.pbtxt`, here the penguins' curated
+    one), DIR a copy of the penguins CSV; each drifted run is the same command again."""
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("drift"))
+    data = sandbox.root / "penguins_data"
     data.mkdir()
     shutil.copy(penguins_csv, data / "penguins.csv")
-    args = [
-        "--data", str(data), "--label", "species", "--output_root", str(root / "out"),
-        "--schema", datasets.curated_schema_path(datasets.PENGUINS), "--train_steps", "30",
-        "--accuracy_threshold", "0",
-    ]  # fmt: skip
-    result = run_local(*args)
+    shutil.copy(datasets.curated_schema_path(datasets.PENGUINS), sandbox.root / "schema.pbtxt")
+    command = pages.command("docs/csv.md", "--schema schema.pbtxt")
+    values = {"DIR": str(data), "COLUMN": "species"}
+
+    def run():
+        return sandbox.run(command, values)
+
+    result = run()
     assert result.returncode == 0, explain(result)
-    return {"root": root, "data": data, "args": args}
+    return {"root": sandbox.output_root, "data": data, "run": run}
 
 
 def _trainer_executions(root) -> int:
     store = mlmd_read.Store(
-        mlmd_read.open_store(str(root / "out" / "penguins_data-pipeline" / "metadata.sqlite"))
+        mlmd_read.open_store(str(root / "penguins_data-pipeline" / "metadata.sqlite"))
     )
     return sum(
         1
@@ -114,7 +119,7 @@ def test_drift_stops_before_trainer_and_names_the_problem(good_run, penguins_csv
     header, rows = make(*_rows(penguins_csv))
     _write(str(good_run["data"] / "penguins.csv"), header, rows)
     try:
-        result = run_local(*good_run["args"])
+        result = good_run["run"]()
     finally:
         shutil.copy(penguins_csv, good_run["data"] / "penguins.csv")
     assert result.returncode == exit_code, explain(result)

@@ -16,6 +16,7 @@ import pytest
 from components.tfx_components.image_example_gen import reader
 from pipeline.datasets import images as image_data
 from pipeline.mlmd import read as mlmd_read
+from tests.docs import pages
 from tests.pipeline_components import IMAGE_COMPONENTS
 from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
 
@@ -26,11 +27,14 @@ COMPONENTS = list(IMAGE_COMPONENTS)
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
-    output_root = tmp_path_factory.mktemp("digits")
-    result = run_local("--dataset", "digits", "--output_root", str(output_root), "--epochs", "10")
+    """The README's (and images.md's) digits command, as the page shows it, in a sandbox."""
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("digits"))
+    result = sandbox.run(pages.command("docs/images.md", "--dataset digits"))
     assert result.returncode == 0, explain(result)
+    output_root = sandbox.output_root
     base = output_root / "digits-pipeline"
     return {
+        "sandbox": sandbox,
         "result": result,
         "data_root": str(output_root / "data" / "digits"),
         "metadata": str(base / "metadata.sqlite"),
@@ -109,15 +113,39 @@ def test_pushed_model_classifies_jpeg_files_from_disk(digits_run, tmp_path):
     assert all(0.0 < float(probability) <= 1.0 for _, _, probability in lines)
 
 
+def test_predict_as_images_md_shows_it(digits_run):
+    """images.md's predict command in the digits run's sandbox: a.jpg and b.png, two held-out
+    digits (the second converted to PNG), each classified on one line."""
+    from PIL import Image
+
+    sandbox, root = digits_run["sandbox"], digits_run["data_root"]
+    held_out = [
+        (digit, os.path.join(root, str(digit), name))
+        for digit in (3, 7)
+        for name in sorted(os.listdir(os.path.join(root, str(digit))))
+        if reader.split_index(f"{digit}/{name}", [75, 25]) == 1
+    ]
+    (three, jpeg), (seven, other) = held_out[0], next(h for h in held_out if h[0] == 7)
+    with open(jpeg, "rb") as source:
+        (sandbox.root / "a.jpg").write_bytes(source.read())
+    Image.open(other).save(sandbox.root / "b.png")
+    result = sandbox.run(pages.command("docs/images.md", "a.jpg b.png"), timeout=300)
+    assert result.returncode == 0, explain(result)
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [path for path, _, _ in lines] == ["a.jpg", "b.png"]
+    assert [name for _, name, _ in lines] == [str(three), str(seven)]
+    assert all(0.0 < float(probability) <= 1.0 for _, _, probability in lines)
+
+
 def test_corrupt_image_stops_the_run_at_ingestion_and_is_listed(tmp_path):
+    """The README's `--images DIR` on a folder with a truncated JPEG."""
     images = tmp_path / "shapes"
     image_data.write_synthetic(str(images), images=40, size=48, classes=2, seed=3)
     (images / "class_01" / "cut.jpg").write_bytes(
         (images / "class_01" / "img_0000001.jpg").read_bytes()[:300]
     )
-    result = run_local(
-        "--images", str(images), "--output_root", str(tmp_path / "out"), "--train_steps", "5"
-    )
+    sandbox = pages.Sandbox(tmp_path / "sandbox")
+    result = sandbox.run(pages.command("README.md", "--images DIR"), {"DIR": str(images)})
     assert result.returncode == 1, explain(result)
     assert "ImageExampleGen failed" in result.stderr
     assert "1 of 41 image file(s) rejected" in result.stderr

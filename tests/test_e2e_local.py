@@ -15,6 +15,7 @@ from components.ml import features
 from pipeline.mlmd import cli as inspect_mlmd
 from pipeline.mlmd import read as mlmd_read
 from tests import system_packages
+from tests.docs import pages
 from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -40,12 +41,14 @@ def explain(result: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def penguin_runs(tmp_path_factory):
-    output_root = tmp_path_factory.mktemp("penguins")
-    first = run_local("--output_root", str(output_root))
+    """The README's first command, twice, as the page shows it (in a sandbox: ./tfx_output)."""
+    penguins = pages.command("README.md", ".venv/bin/python pipeline/run_local.py")
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("penguins"))
+    first = sandbox.run(penguins)
     assert first.returncode == 0, explain(first)
-    second = run_local("--output_root", str(output_root))
+    second = sandbox.run(penguins)
     assert second.returncode == 0, explain(second)
-    base = output_root / "penguins-pipeline"
+    base = sandbox.output_root / "penguins-pipeline"
     return {
         "first": first,
         "second": second,
@@ -118,19 +121,13 @@ def test_users_csv_infers_and_writes_out_a_schema(tmp_path, penguins_csv):
     # Two files, to exercise multi-file ingestion.
     (data_dir / "part1.csv").write_text("\n".join(lines[:200]) + "\n")
     (data_dir / "part2.csv").write_text("\n".join([lines[0], *lines[200:]]) + "\n")
-    result = run_local(
-        "--data",
-        str(data_dir),
-        "--label",
-        "species",
-        "--output_root",
-        str(tmp_path / "out"),
-        "--example_shards",
-        "2",
-    )
+    # The README's (and csv.md's) command, DIR and COLUMN being this directory and species.
+    sandbox = pages.Sandbox(tmp_path / "sandbox")
+    csv_command = pages.command("README.md", "--data DIR --label COLUMN")
+    result = sandbox.run(csv_command, {"DIR": str(data_dir), "COLUMN": "species"})
     assert result.returncode == 0, explain(result)
     assert "(3/9) SchemaGen executed" in result.stdout
-    inferred = tmp_path / "out" / "birds-pipeline" / "inferred_schema" / "schema.pbtxt"
+    inferred = sandbox.output_root / "birds-pipeline" / "inferred_schema" / "schema.pbtxt"
     assert f"inferred schema: {inferred}" in result.stdout
     text = inferred.read_text()
     assert 'name: "species"' in text and 'name: "bill_length_mm"' in text

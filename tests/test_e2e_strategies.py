@@ -18,18 +18,25 @@ from components.training import loop as training
 from components.training.settings import TrainingConfig
 from pipeline import run_local as local_runner
 from pipeline.mlmd import read as mlmd_read
-from tests.test_e2e_local import explain, run_local
+from tests.docs import pages
+from tests.test_e2e_local import explain
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
-def base_run(tmp_path_factory):
-    """A penguin pipeline run whose ingestion and Transform later runs reuse from the cache."""
-    output_root = tmp_path_factory.mktemp("strategies")
-    result = run_local("--output_root", str(output_root))
+def sandbox(tmp_path_factory):
+    """A sandbox where the README's penguin run has run: the strategy runs of training.md, in
+    the same ./tfx_output, reuse its ingestion and Transform from the cache."""
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("strategies"))
+    result = sandbox.run(pages.command("README.md", ".venv/bin/python pipeline/run_local.py"))
     assert result.returncode == 0, explain(result)
-    return str(output_root)
+    return sandbox
+
+
+@pytest.fixture(scope="module")
+def base_run(sandbox):
+    return str(sandbox.output_root)
 
 
 def latest_outputs(output_root: str, component: str) -> dict:
@@ -45,17 +52,21 @@ def eval_accuracy(stdout: str) -> float:
     return float(re.search(r"sparse_categorical_accuracy (\d\.\d+)", stdout).group(1))
 
 
+# Replicas in sync per strategy of training.md's commands (parameter-server training has none).
+REPLICAS = {"mirrored": 2, "multi_worker_mirrored": 2, "parameter_server": None}
+# training.md's three commands (the README's multi-worker one among them), as the page shows them.
+STRATEGY_COMMANDS = pages.block("docs/training.md", "--strategy mirrored --cpu_devices 2")
+
+
 @pytest.mark.parametrize(
-    "flags, replicas",
-    [
-        (["--strategy", "mirrored", "--cpu_devices", "2"], 2),
-        (["--strategy", "multi_worker_mirrored", "--workers", "2"], 2),
-        (["--strategy", "parameter_server", "--workers", "2", "--ps", "1"], None),
-    ],
-    ids=["mirrored-2cpu", "multi_worker_mirrored-2", "parameter_server-2w1ps"],
+    "command",
+    STRATEGY_COMMANDS,
+    ids=[c.words()[c.words().index("--strategy") + 1] for c in STRATEGY_COMMANDS],
 )
-def test_strategy_trains_through_the_pipeline(base_run, flags, replicas):
-    result = run_local("--output_root", base_run, *flags)
+def test_strategy_trains_through_the_pipeline(sandbox, base_run, command):
+    assert len(STRATEGY_COMMANDS) == 3
+    replicas = REPLICAS[command.words()[command.words().index("--strategy") + 1]]
+    result = sandbox.run(command)
     # Trained and evaluated; not blessed when worse than the previous pushed model (exit 3).
     assert result.returncode in (0, local_runner.EXIT_NOT_PUSHED), explain(result)
     assert "(6/9) Trainer executed" in result.stdout

@@ -18,11 +18,15 @@ import time
 
 import pytest
 
+from tests.docs import pages
 from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = pytest.mark.slow
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# beam.md's two commands: the worker pool in the background, then the run through it. The port
+# the page names is replaced by a free one.
+PAGE = "docs/beam.md"
+PAGE_PORT = "50000"
 # The Beam components of create_pipeline(): one Beam job, so one SDK worker, each.
 BEAM_COMPONENTS = ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")
 BOOTED = re.compile(
@@ -38,20 +42,18 @@ def _free_port() -> int:
 
 
 class WorkerPool:
-    """`python -m pipeline.beam.boot worker_pool` in its own process group, its log in a file."""
+    """beam.md's `python -m pipeline.beam.boot worker_pool ... &`, in a sandbox, in its own
+    process group, its log in a file; its worker directories under the sandbox's TMPDIR."""
 
     def __init__(self, work_dir: str):
         self.port = _free_port()
-        self.work_dir = os.path.join(work_dir, "workers")
+        self.sandbox = pages.Sandbox(os.path.join(work_dir, "sandbox"))
         self.log_path = os.path.join(work_dir, "worker_pool.log")
         self._log = open(self.log_path, "w")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.beam.boot", "worker_pool"]
-            + ["--service_port", str(self.port), "--work_dir", self.work_dir],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=PROJECT_ROOT,
-            start_new_session=True,
+        self.process = self.sandbox.start(
+            pages.command(PAGE, "pipeline.beam.boot worker_pool"),
+            self._log,
+            replace={PAGE_PORT: str(self.port)},
         )
         deadline = time.monotonic() + 60
         while "beam_boot worker pool" not in self.log():
@@ -59,6 +61,8 @@ class WorkerPool:
                 self.stop()
                 pytest.fail(f"the worker pool did not start:\n{self.log()}")
             time.sleep(0.2)
+        self.work_dir = re.search(r"worker directories under (\S+)", self.log()).group(1)
+        assert self.work_dir.startswith(str(self.sandbox.tmp)), self.log()
 
     @property
     def endpoint(self) -> str:
@@ -87,15 +91,6 @@ def pool(tmp_path_factory):
     worker_pool.stop()
 
 
-def _portable_args(pool: WorkerPool) -> list[str]:
-    return [
-        "--beam_runner=portable",
-        "--beam_job_endpoint=embed",
-        "--beam_environment_type=EXTERNAL",
-        f"--beam_environment_config={pool.endpoint}",
-    ]
-
-
 def _explain(result: subprocess.CompletedProcess, pool: WorkerPool) -> str:
     return (
         f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n"
@@ -120,18 +115,13 @@ def _wait_for_exits(pool: WorkerPool, count: int, timeout: float = 60) -> str:
     return pool.log()
 
 
-def test_penguins_end_to_end_with_sdk_workers_in_the_worker_pool(pool, tmp_path):
-    output_root = tmp_path / "out"
+def test_penguins_end_to_end_with_sdk_workers_in_the_worker_pool(pool):
+    """beam.md's run through the pool, as the page shows it (the pool's port aside)."""
+    output_root = pool.sandbox.output_root
     before = len(BOOTED.findall(pool.log())), len(EXITED.findall(pool.log()))
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, os.path.join(PROJECT_ROOT, "pipeline", "run_local.py")]
-        + ["--output_root", str(output_root), *_portable_args(pool), "--beam_stage_project"],
-        capture_output=True,
-        text=True,
-        cwd=str(tmp_path),
-        timeout=1200,
-        check=False,
+    result = pool.sandbox.run(
+        pages.command(PAGE, "--beam_runner portable"), replace={PAGE_PORT: str(pool.port)}
     )
     seconds = time.monotonic() - started
     assert result.returncode == 0, _explain(result, pool)
