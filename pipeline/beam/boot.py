@@ -363,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         pool_args, _ = parser.parse_known_args(argv[1:])
         worker_pool(pool_args.service_port, pool_args.work_dir)
         return 0
-    parser = argparse.ArgumentParser(prog="beam_boot.py", description="Beam SDK harness boot")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.beam.boot", description="Beam SDK harness boot"
+    )
     parser.add_argument("--id", required=True)
     parser.add_argument("--provision_endpoint", required=True)
     parser.add_argument("--logging_endpoint", default="")

@@ -9,10 +9,12 @@ import os
 from components.ml import features
 from pipeline import PROJECT_ROOT
 from pipeline.config import DatasetConfig
-from pipeline.datasets.synthetic import SYNTH, SYNTH_LABEL_KEY
 
 SCHEMAS_DIR = os.path.join(PROJECT_ROOT, "schemas")
 PENGUINS = "penguins"
+# pipeline.datasets.synthetic writes it (imported only when used, so that
+# `python -m pipeline.datasets.synthetic` runs a module not imported yet).
+SYNTH = "synth"
 
 
 def penguins_data_root() -> str:
@@ -101,6 +103,8 @@ def user_images(
 
 def synth(data_root: str) -> DatasetConfig:
     """A directory written by pipeline.datasets.synthetic, with its curated schema."""
+    from pipeline.datasets.synthetic import SYNTH_LABEL_KEY
+
     return user_csv(
         data_root,
         SYNTH_LABEL_KEY,

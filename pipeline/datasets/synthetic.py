@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-SYNTH = "synth"
+from pipeline.datasets import SYNTH
+
 SYNTH_LABEL_KEY = "label"
 SYNTH_NUMERIC = tuple(f"num_{i}" for i in range(6))
 SYNTH_CATEGORICAL = (("cat_5", 5), ("cat_50", 50), ("cat_1000", 1000))
