@@ -342,6 +342,9 @@ def boot(args: argparse.Namespace) -> int:
         # The harness's own CPU time: the proof that the work ran in this worker's process.
         _, status, usage = os.wait4(harness.pid, 0)
         harness.returncode = code = os.waitstatus_to_exitcode(status)
+        # Cleaned up before the line that says the harness exited, so that whoever reads that
+        # line (an operator, a test) sees the worker's directory gone.
+        shutil.rmtree(worker_dir, ignore_errors=True)
         _log(
             args.id,
             f"harness pid {harness.pid} exited {code} after {time.monotonic() - started:.1f} s, "
