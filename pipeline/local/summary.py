@@ -1,5 +1,5 @@
-"""What a finished local run produced, read back from ML Metadata (through mlmd_read, the
-reader): per-component executions, eval metrics, blessing, pushed model, inferred schema."""
+"""What a finished local run produced, read back from ML Metadata (through pipeline.mlmd's read
+model): per-component executions, eval metrics, blessing, pushed model, inferred schema."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 
 
 @dataclasses.dataclass
@@ -32,9 +32,10 @@ class RunSummary:
 
 
 def summarize(source, components: list[dict], location: str) -> RunSummary:
-    """source: see mlmd_read.open_store; components: the progress records (component id,
-    status, execution id) of this run; location: where the store is, for the user."""
-    db = mlmd_read.Store(mlmd_read.open_store(source))
+    """source: see pipeline.mlmd.connection.open_store; components: the progress records
+    (component id, status, execution id) of this run; location: where the store is, for the
+    user."""
+    db = records.Store(connection.open_store(source))
     outputs = {
         c["component"]: db.outputs_by_type(c["execution_id"])
         for c in components
@@ -47,18 +48,18 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         metrics = overall_metrics(evaluation.uri)
         failures = blessing_failures(evaluation.uri)
     for blessing in outputs.get("Evaluator", {}).get("ModelBlessing", []):
-        blessed = mlmd_read.custom_value(blessing, "blessed") == 1
+        blessed = records.custom_value(blessing, "blessed") == 1
     for pushed in outputs.get("Pusher", {}).get("PushedModel", []):
-        if mlmd_read.custom_value(pushed, "pushed") == 1:
-            pushed_model = mlmd_read.custom_value(pushed, "pushed_destination")
+        if records.custom_value(pushed, "pushed") == 1:
+            pushed_model = records.custom_value(pushed, "pushed_destination")
     for examples in outputs.get("CsvExampleGen", {}).get("Examples", []):
-        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
-        rejected = mlmd_read.custom_value(examples, "num_rows_rejected")
-        listing = mlmd_read.custom_value(examples, "rejected_rows_uri")
+        counts = json.loads(records.custom_value(examples, "split_example_counts") or "{}")
+        rejected = records.custom_value(examples, "num_rows_rejected")
+        listing = records.custom_value(examples, "rejected_rows_uri")
     for examples in outputs.get("ImageExampleGen", {}).get("Examples", []):
-        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
-        rejected = mlmd_read.custom_value(examples, "num_files_rejected")
-        listing = mlmd_read.custom_value(examples, "rejected_files_uri")
+        counts = json.loads(records.custom_value(examples, "split_example_counts") or "{}")
+        rejected = records.custom_value(examples, "num_files_rejected")
+        listing = records.custom_value(examples, "rejected_files_uri")
     for schema in outputs.get("SchemaGen", {}).get("Schema", []):
         schema_uri = os.path.join(schema.uri, "schema.pbtxt")
     return RunSummary(
@@ -132,5 +133,5 @@ def previous_fingerprints(config) -> dict[str, str]:
 
     if config.mysql is None and not os.path.exists(config.metadata_path):
         return {}
-    db = mlmd_read.Store(mlmd_read.open_store(config.metadata_connection_config()))
-    return mlmd_read.latest_property(db, fingerprints.FINGERPRINT_KEY, config.pipeline_name)
+    db = records.Store(connection.open_store(config.metadata_connection_config()))
+    return records.latest_property(db, fingerprints.FINGERPRINT_KEY, config.pipeline_name)

@@ -13,7 +13,7 @@ import shlex
 import shutil
 import subprocess
 
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd.errors import InspectError
 
 POINTS_PER_INCH = 72.0
 DOT_TIMEOUT_SEC = 60
@@ -109,7 +109,7 @@ def parse_plain(text: str) -> Layout:
 def dot_binary() -> str:
     found = shutil.which("dot")
     if found is None:
-        raise mlmd_read.InspectError(
+        raise InspectError(
             "the report's lineage drawing needs Graphviz's dot (Debian: apt-get install graphviz)"
         )
     return found
@@ -129,5 +129,5 @@ def layout(sizes: dict[str, tuple[float, float]], edges: list[tuple[str, str]]) 
     )
     if result.returncode != 0:
         message = result.stderr.strip().splitlines()[:1] or [f"exit code {result.returncode}"]
-        raise mlmd_read.InspectError(f"Graphviz's dot failed to lay out the lineage: {message[0]}")
+        raise InspectError(f"Graphviz's dot failed to lay out the lineage: {message[0]}")
     return parse_plain(result.stdout)

@@ -16,9 +16,8 @@ import os
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 
-from pipeline.mlmd import diff as mlmd_diff
-from pipeline.mlmd import lineage_layout
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import artifacts, diff, evaluation, lineage_layout, runs, tables
+from pipeline.mlmd.records import Store
 
 STATE_COLORS = {
     "COMPLETE": "#cdeccd",
@@ -39,7 +38,7 @@ def report_file_name(row: int) -> str:
     return f"report-{row}.html"
 
 
-def _is_resolver(db: mlmd_read.Store, execution_id: int) -> bool:
+def _is_resolver(db: Store, execution_id: int) -> bool:
     [execution] = db.executions_by_id([execution_id])
     return db.execution_types.get(execution.type_id, "").endswith("Resolver")
 
@@ -51,13 +50,13 @@ def _outside_inputs(executions: list[dict]) -> dict[int, set[int]]:
     return {e["execution"]: set(e["inputs"]) - outputs for e in executions}
 
 
-def _resolver_consumers(db: mlmd_read.Store, run, resolver_components: set[str]) -> set[str]:
+def _resolver_consumers(db: Store, run, resolver_components: set[str]) -> set[str]:
     """Components a resolver fed in the newest earlier or later run where it resolved
     something (MLMD records no edge for a resolver that found nothing)."""
     for other in reversed(db.runs()[-RESOLVER_LOOKBACK_RUNS:]):
         if other.id == run.id:
             continue
-        rows = mlmd_read.describe_executions(db, other)
+        rows = runs.describe_executions(db, other)
         if not any(r["component"] in resolver_components for r in rows):
             continue
         outside = _outside_inputs(rows)
@@ -71,15 +70,15 @@ def _box_size(lines: list[str]) -> tuple[float, float]:
     return (max(len(line) for line in lines) * CHAR_PX + 18, len(lines) * LINE_PX + 12)
 
 
-def lineage_graph(db: mlmd_read.Store, run, executions: list[dict]) -> dict:
+def lineage_graph(db: Store, run, executions: list[dict]) -> dict:
     """The run's executions and the artifacts they read and wrote, as drawing nodes and edges:
     {"nodes": {id: {"kind", "lines", "state"}}, "edges": [(tail, head, dashed)]}."""
     nodes: dict[str, dict] = {}
     edges: list[tuple[str, str, bool]] = []
     artifact_ids = sorted({a for e in executions for a in e["inputs"] + e["outputs"]})
-    artifacts = {a.id: a for a in db.artifacts_by_id(artifact_ids)}
+    by_id = {a.id: a for a in db.artifacts_by_id(artifact_ids)}
     for artifact_id in artifact_ids:
-        type_name = db.artifact_types.get(artifacts[artifact_id].type_id, "?")
+        type_name = db.artifact_types.get(by_id[artifact_id].type_id, "?")
         nodes[f"a{artifact_id}"] = {
             "kind": "artifact",
             "lines": [type_name, f"#{artifact_id}"],
@@ -304,7 +303,7 @@ def _table(rows: list[dict], columns: list[str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
         "<tr>"
-        + "".join(f"<td>{html.escape(mlmd_read.cell(r.get(c)))}</td>" for c in columns)
+        + "".join(f"<td>{html.escape(tables.cell(r.get(c)))}</td>" for c in columns)
         + "</tr>"
         for r in rows
     )
@@ -356,11 +355,11 @@ def evaluation_html(by_type: dict[str, list[dict]]) -> str:
             )
             + ".</p>"
         )
-    for evaluation in by_type["ModelEvaluation"]:
-        if not os.path.isfile(os.path.join(evaluation["uri"], "eval_config.json")):
+    for evaluated in by_type["ModelEvaluation"]:
+        if not os.path.isfile(os.path.join(evaluated["uri"], "eval_config.json")):
             parts.append("<p class='none'>the evaluation's files are not on this machine</p>")
             continue
-        detail = mlmd_read.evaluation_detail(evaluation["uri"])
+        detail = evaluation.evaluation_detail(evaluated["uri"])
         thresholds = {t["metric"]: _threshold_text(t) for t in detail["thresholds"]}
         rows = [
             {
@@ -433,23 +432,23 @@ def diff_html(changes: list[dict]) -> str:
     return "".join(parts)
 
 
-def build_report(db: mlmd_read.Store, run, compare_to=None) -> str:
+def build_report(db: Store, run, compare_to=None) -> str:
     """compare_to: another run; its differences from this one (components, metrics, schema,
     statistics drift) get a section of their own."""
     row = db.row_of(run)
-    summary = mlmd_read.describe_run(db, run, row)
-    executions = mlmd_read.describe_executions(db, run)
-    artifacts = mlmd_read.describe_artifacts(db, run, None)
-    sources = mlmd_read.cache_sources(db, executions)
+    summary = runs.describe_run(db, run, row)
+    executions = runs.describe_executions(db, run)
+    described = artifacts.describe_artifacts(db, run, None)
+    sources = runs.cache_sources(db, executions)
     by_type: dict[str, list[dict]] = collections.defaultdict(list)
-    for artifact in artifacts:
+    for artifact in described:
         by_type[artifact["type"]].append(artifact)
 
     statistics = "".join(statistics_html(a["uri"]) for a in by_type["ExampleStatistics"])
     anomalies = [line for a in by_type["ExampleAnomalies"] for line in anomaly_rows(a["uri"])]
     diff_section = ""
     if compare_to is not None:
-        changes = mlmd_diff.diff(db, compare_to, run)
+        changes = diff.diff(db, compare_to, run)
         diff_section = (
             f"<h2 id='diff'>Changes since run {db.row_of(compare_to)}</h2>{diff_html(changes)}"
         )
@@ -485,6 +484,6 @@ td.num {{ text-align: right; }} .bar {{ background: #5b8def; height: 10px; }}
 {evaluation_html(by_type)}
 {diff_section}
 <h2 id="artifacts">Artifacts</h2>
-{_table(artifacts, ["artifact", "type", "size_bytes", "uri"])}
+{_table(described, ["artifact", "type", "size_bytes", "uri"])}
 </body></html>
 """

@@ -8,8 +8,7 @@ import re
 import pytest
 
 from pipeline.mlmd import cli as inspect_mlmd
-from pipeline.mlmd import lineage_layout
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, lineage_layout, records, runs
 from pipeline.mlmd import report as mlmd_report
 from tests.pipeline.mlmd import report_geometry
 
@@ -24,13 +23,13 @@ def write_report(penguin_store, tmp_path, *args) -> str:
 
 
 def test_lineage_drawing_has_artifact_nodes_and_the_resolver_connected(penguin_store):
-    db = mlmd_read.Store(mlmd_read.open_store(penguin_store["path"]))
+    db = records.Store(connection.open_store(penguin_store["path"]))
     run = db.run("3")
-    graph = mlmd_report.lineage_graph(db, run, mlmd_read.describe_executions(db, run))
-    runs = penguin_store["runs"]
-    baseline = runs["run-1"]["Trainer"]["outputs"]["model"]
-    resolver = runs["run-3"]["baseline_model_resolver"]["execution"]
-    evaluator = runs["run-3"]["Evaluator"]["execution"]
+    graph = mlmd_report.lineage_graph(db, run, runs.describe_executions(db, run))
+    recorded = penguin_store["runs"]
+    baseline = recorded["run-1"]["Trainer"]["outputs"]["model"]
+    resolver = recorded["run-3"]["baseline_model_resolver"]["execution"]
+    evaluator = recorded["run-3"]["Evaluator"]["execution"]
     kinds = [node["kind"] for node in graph["nodes"].values()]
     assert (
         kinds.count("execution") == 9 and kinds.count("artifact") == 12
@@ -41,9 +40,9 @@ def test_lineage_drawing_has_artifact_nodes_and_the_resolver_connected(penguin_s
 
     # Run 1 resolved nothing: the resolver feeds the Evaluator, as it did in run 3.
     first = db.run("1")
-    graph = mlmd_report.lineage_graph(db, first, mlmd_read.describe_executions(db, first))
-    resolver_1 = f"e{runs['run-1']['baseline_model_resolver']['execution']}"
-    assert (resolver_1, f"e{runs['run-1']['Evaluator']['execution']}", True) in graph["edges"]
+    graph = mlmd_report.lineage_graph(db, first, runs.describe_executions(db, first))
+    resolver_1 = f"e{recorded['run-1']['baseline_model_resolver']['execution']}"
+    assert (resolver_1, f"e{recorded['run-1']['Evaluator']['execution']}", True) in graph["edges"]
     assert "resolved nothing" in graph["nodes"][resolver_1]["lines"]
 
 

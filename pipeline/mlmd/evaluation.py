@@ -1,12 +1,12 @@
-"""An Evaluator's results (TFMA's MetricsForSlice and ValidationResult records) read without
-importing tensorflow_model_analysis.
+"""What an Evaluator's output says: its overall metrics (the candidate's, a baseline's, the
+change between them), the thresholds of its eval config, TFMA's validation verdict and failures.
 
-Importing TFMA imports TensorFlow and Apache Beam: 3.5 s on this project's machines, which is
-most of what `report` would cost. The records themselves are protocol buffers in TFRecord files;
-their message classes are built here from the descriptors TFMA's generated modules carry (the
-serialized FileDescriptorProto each `*_pb2.py` hands to `AddSerializedFile`), read as data from
-the installed package's files, into a private descriptor pool. Compatibility module: the one
-place that knows TFMA's file layout and record format.
+TFMA's records (MetricsForSlice, ValidationResult) are read without importing
+tensorflow_model_analysis, which imports TensorFlow and Apache Beam: most of what `report` would
+cost. The records are protocol buffers in TFRecord files; their message classes are built here
+from the descriptors TFMA's generated modules carry (the serialized FileDescriptorProto each
+`*_pb2.py` hands to `AddSerializedFile`), read as data from the installed package's files, into a
+private descriptor pool. The one place that knows TFMA's file layout and record format.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import json
 import os
 import struct
 from collections.abc import Iterator
@@ -138,3 +139,68 @@ def overall_metrics_by_model(evaluation_uri: str) -> dict[str, dict[str, float]]
             name = entry.key.name + ("_diff" if entry.key.is_diff else "")
             by_model.setdefault(entry.key.model_name, {})[name] = number
     return by_model
+
+
+def overall_metrics(evaluation_uri: str) -> dict[str, float]:
+    """Metrics of the overall slice from an Evaluator output directory (the candidate's, with
+    `<metric>_diff` for its change against a baseline)."""
+    by_model = overall_metrics_by_model(evaluation_uri)
+    return by_model.get("candidate") or by_model.get("") or {}
+
+
+def _snake_case(class_name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in class_name).lstrip("_")
+
+
+def evaluation_detail(evaluation_uri: str) -> dict:
+    """What an Evaluator output says beyond its metrics: the thresholds of its eval config, the
+    candidate's and (when a baseline was resolved) the baseline's overall metrics, the change
+    between them, and TFMA's validation verdict with each failed threshold."""
+    with open(os.path.join(evaluation_uri, "eval_config.json")) as handle:
+        config = json.load(handle).get("evalConfig", {})
+    has_baseline = any(spec.get("isBaseline") for spec in config.get("modelSpecs", []))
+    thresholds = []
+    for spec in config.get("metricsSpecs", []):
+        for metric in spec.get("metrics", []):
+            threshold = metric.get("threshold")
+            if threshold:
+                thresholds.append(
+                    {
+                        "metric": metric.get("name") or _snake_case(metric["className"]),
+                        "value": threshold.get("valueThreshold"),
+                        "change": threshold.get("changeThreshold"),
+                    }
+                )
+    by_model = overall_metrics_by_model(evaluation_uri)
+    candidate = by_model.get("candidate" if has_baseline else "", {})
+    baseline = by_model.get("baseline", {}) if has_baseline else {}
+    rows = [
+        {
+            "metric": name,
+            "candidate": value,
+            "baseline": baseline.get(name),
+            "change": candidate.get(f"{name}_diff"),
+        }
+        for name, value in sorted(candidate.items())
+        if not name.endswith("_diff")
+    ]
+    failures = []
+    validation = validation_result(evaluation_uri)
+    validation_ok = validation.validation_ok if validation is not None else None
+    for per_slice in validation.metric_validations_per_slice if validation is not None else []:
+        for failure in per_slice.failures:
+            failures.append(
+                {
+                    "metric": failure.metric_key.name,
+                    "value": metric_value(failure.metric_value),
+                    "threshold": " ".join(str(failure.metric_threshold).split()),
+                    "message": failure.message,
+                }
+            )
+    return {
+        "thresholds": thresholds,
+        "has_baseline": has_baseline,
+        "metrics": rows,
+        "validation_ok": validation_ok,
+        "failures": failures,
+    }
