@@ -3,6 +3,8 @@ models, as a graph in which each artifact and execution appears once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+
 from pipeline.mlmd.records import INPUT_EVENTS, OUTPUT_EVENTS, State, Store
 
 
@@ -49,49 +51,62 @@ def lineage(db: Store, artifact_id: int) -> dict:
     an event: {"artifact", "execution", "direction": "input" | "output"}."""
     root = db.artifact(artifact_id)
 
-    up_artifacts, up_executions, up_edges = {root.id}, set(), set()
-    frontier = {root.id}
-    while frontier:
-        producers = db.producers(frontier)
-        new_executions = set()
-        for artifact, execution in producers.items():
-            up_edges.add((artifact, execution, "output"))
-            if execution not in up_executions:
-                new_executions.add(execution)
-        up_executions |= new_executions
-        frontier = set()
-        if new_executions:
-            for event in db.store.get_events_by_execution_ids(sorted(new_executions)):
-                if event.type in INPUT_EVENTS:
-                    up_edges.add((event.artifact_id, event.execution_id, "input"))
-                    if event.artifact_id not in up_artifacts:
-                        up_artifacts.add(event.artifact_id)
-                        frontier.add(event.artifact_id)
+    def producing(artifact_ids: set[int]) -> Iterator[Edge]:
+        for artifact, execution in db.producers(artifact_ids).items():
+            yield artifact, execution, "output"
 
-    down_artifacts, down_executions, down_edges = {root.id}, set(), set()
-    frontier = {root.id}
-    while frontier:
-        new_executions = set()
-        for event in db.store.get_events_by_artifact_ids(sorted(frontier)):
-            if event.type in INPUT_EVENTS:
-                down_edges.add((event.artifact_id, event.execution_id, "input"))
-                if event.execution_id not in down_executions:
-                    new_executions.add(event.execution_id)
-        down_executions |= new_executions
-        frontier = set()
-        if new_executions:
-            for event in db.store.get_events_by_execution_ids(sorted(new_executions)):
-                if event.type in OUTPUT_EVENTS:
-                    down_edges.add((event.artifact_id, event.execution_id, "output"))
-                    if event.artifact_id not in down_artifacts:
-                        down_artifacts.add(event.artifact_id)
-                        frontier.add(event.artifact_id)
+    def consuming(artifact_ids: set[int]) -> Iterator[Edge]:
+        return _events(db.store.get_events_by_artifact_ids(sorted(artifact_ids)), "input")
+
+    def read_by(execution_ids: set[int]) -> Iterator[Edge]:
+        return _events(db.store.get_events_by_execution_ids(sorted(execution_ids)), "input")
+
+    def written_by(execution_ids: set[int]) -> Iterator[Edge]:
+        return _events(db.store.get_events_by_execution_ids(sorted(execution_ids)), "output")
 
     return {
         "artifact": _artifact_node(db, root),
-        "upstream": _subgraph(db, up_artifacts, up_executions, up_edges),
-        "downstream": _subgraph(db, down_artifacts, down_executions, down_edges),
+        "upstream": _subgraph(db, *_walk(root.id, producing, read_by)),
+        "downstream": _subgraph(db, *_walk(root.id, consuming, written_by)),
     }
+
+
+# An event as a lineage edge: (artifact id, execution id, "input" | "output").
+Edge = tuple[int, int, str]
+
+
+def _events(events, direction: str) -> Iterator[Edge]:
+    """The input (or output) events among `events`, as edges."""
+    types = INPUT_EVENTS if direction == "input" else OUTPUT_EVENTS
+    for event in events:
+        if event.type in types:
+            yield event.artifact_id, event.execution_id, direction
+
+
+def _walk(
+    root: int,
+    to_executions: Callable[[set[int]], Iterable[Edge]],
+    to_artifacts: Callable[[set[int]], Iterable[Edge]],
+) -> tuple[set[int], set[int], set[Edge]]:
+    """(artifacts, executions, edges) reached from the root artifact, alternating the two steps
+    (artifacts to the executions that made or read them, executions to the artifacts they read
+    or wrote), each record visited once."""
+    artifacts, executions, edges = {root}, set(), set()
+    frontier = {root}
+    while frontier:
+        new_executions = set()
+        for edge in to_executions(frontier):
+            edges.add(edge)
+            if edge[1] not in executions:
+                new_executions.add(edge[1])
+        executions |= new_executions
+        frontier = set()
+        for edge in to_artifacts(new_executions) if new_executions else ():
+            edges.add(edge)
+            if edge[0] not in artifacts:
+                artifacts.add(edge[0])
+                frontier.add(edge[0])
+    return artifacts, executions, edges
 
 
 def topological_executions(graph: dict) -> list[dict]:

@@ -4,7 +4,7 @@ either record layout (TFX's own orchestrators, Kubeflow Pipelines v2), each reco
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ml_metadata import metadata_store
@@ -153,19 +153,21 @@ class Store:
         """A run's row number as `runs` lists it (1 = oldest)."""
         return [r.id for r in self.runs()].index(run.id) + 1
 
-    def executions_by_id(self, ids: Iterable[int]) -> list:
-        missing = sorted({i for i in ids if i not in self._executions})
+    @staticmethod
+    def _fetched_once(cache: dict[int, Any], ids: Iterable[int], fetch: Callable) -> list:
+        """The records of `ids` in their order (unknown ids left out), fetching only those not
+        in `cache` yet, in one call."""
+        wanted = list(ids)
+        missing = sorted({i for i in wanted if i not in cache})
         if missing:
-            for execution in self.store.get_executions_by_id(missing):
-                self._executions[execution.id] = execution
-        return [self._executions[i] for i in ids if i in self._executions]
+            cache.update((record.id, record) for record in fetch(missing))
+        return [cache[i] for i in wanted if i in cache]
+
+    def executions_by_id(self, ids: Iterable[int]) -> list:
+        return self._fetched_once(self._executions, ids, self.store.get_executions_by_id)
 
     def artifacts_by_id(self, ids: Iterable[int]) -> list:
-        missing = sorted({i for i in ids if i not in self._artifacts})
-        if missing:
-            for artifact in self.store.get_artifacts_by_id(missing):
-                self._artifacts[artifact.id] = artifact
-        return [self._artifacts[i] for i in ids if i in self._artifacts]
+        return self._fetched_once(self._artifacts, ids, self.store.get_artifacts_by_id)
 
     def preload_contexts(self, execution_ids: Iterable[int]) -> None:
         """Reads the node and run contexts of many executions at once: one query per node and
