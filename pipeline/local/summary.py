@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from pipeline.mlmd import connection, records
+from pipeline.mlmd import connection, evaluation, records
 
 
 @dataclasses.dataclass
@@ -44,9 +44,9 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
     failures: list[dict] = []
     listing = None
-    for evaluation in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
-        metrics = overall_metrics(evaluation.uri)
-        failures = blessing_failures(evaluation.uri)
+    for evaluated in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
+        metrics = evaluation.overall_metrics(evaluated.uri)
+        failures = evaluation.validation_failures(evaluated.uri)
     for blessing in outputs.get("Evaluator", {}).get("ModelBlessing", []):
         blessed = records.custom_value(blessing, "blessed") == 1
     for pushed in outputs.get("Pusher", {}).get("PushedModel", []):
@@ -74,55 +74,6 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         blessing_failures=failures,
         rejected_listing=listing,
     )
-
-
-def overall_metrics(evaluation_uri: str) -> dict[str, float]:
-    """Overall-slice metrics of every model output (regression evaluates two: the prediction in
-    the label's units, and z-scored), by metric name; a name two outputs share gets
-    "<output>/" in front."""
-    import tensorflow_model_analysis as tfma
-
-    result = tfma.load_eval_result(evaluation_uri)
-    by_output: dict = next((m for key, m in result.slicing_metrics if key == ()), {})
-    counts: dict[str, int] = {}
-    for values in by_output.values():
-        for name in values.get("", {}):
-            counts[name] = counts.get(name, 0) + 1
-    out = {}
-    for output, values in by_output.items():
-        for name, value in values.get("", {}).items():
-            key = f"{output}/{name}" if output and counts[name] > 1 else name
-            if "doubleValue" in value:
-                out[key] = float(value["doubleValue"])
-            elif "boundedValue" in value:
-                out[key] = float(value["boundedValue"]["value"])
-    return out
-
-
-def blessing_failures(evaluation_uri: str) -> list[dict]:
-    """The failed metric thresholds in an Evaluator output's validation result."""
-    import tensorflow_model_analysis as tfma
-
-    try:
-        result = tfma.load_validation_result(evaluation_uri)
-    except (OSError, ValueError, IndexError):  # no validation result written
-        return []
-    return [
-        {
-            "metric": failure.metric_key.name,
-            "value": _metric_value(failure.metric_value),
-            "is_diff": failure.metric_key.is_diff,
-            "message": failure.message,
-        }
-        for per_slice in result.metric_validations_per_slice
-        for failure in per_slice.failures
-    ]
-
-
-def _metric_value(value) -> float:
-    if value.HasField("bounded_value"):
-        return float(value.bounded_value.value.value)
-    return float(value.double_value.value)
 
 
 def previous_fingerprints(config) -> dict[str, str]:

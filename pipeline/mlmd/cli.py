@@ -55,17 +55,6 @@ from pipeline.mlmd import (
 from pipeline.mlmd.errors import InspectError
 
 
-def _table(rows: list[dict], columns: list[str], out) -> None:
-    if not rows:
-        out.write("(none)\n")
-        return
-    cells = [[tables.cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n")
-    for row in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
-
-
 def _artifact_label(artifact: dict) -> str:
     return f"{artifact['type']} #{artifact['artifact']}"
 
@@ -255,7 +244,7 @@ def run(args, out) -> None:
         _print_graph("downstream (to pushed models)", result["downstream"], out)
     else:
         assert isinstance(result, list), "the table commands return rows"
-        _table(result, columns, out)
+        tables.write(result, columns, out)
 
 
 def main(argv: list[str] | None = None) -> int:

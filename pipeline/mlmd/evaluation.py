@@ -12,6 +12,7 @@ private descriptor pool. The one place that knows TFMA's file layout and record 
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 import importlib.util
 import json
@@ -124,28 +125,88 @@ def metric_value(value) -> float | None:
     return None
 
 
-def overall_metrics_by_model(evaluation_uri: str) -> dict[str, dict[str, float]]:
-    """{model name ("" with one model, else "candidate", "baseline"): {metric: value}} of the
-    overall slice; a metric's change against the baseline is `<metric>_diff` of the candidate,
-    as tfma.load_eval_result names it."""
-    by_model: dict[str, dict[str, float]] = {}
+def _overall_metrics(evaluation_uri: str) -> tuple[dict[str, dict[str, dict[str, float]]], set]:
+    """({model name: {output name: {metric: value}}} of the overall slice, the models that have
+    `<metric>_diff` changes against a baseline). Names as tfma.load_eval_result gives them; the
+    metrics of a sub key (a class, top k) and aggregated ones are left out."""
+    by_model: dict[str, dict[str, dict[str, float]]] = {}
+    diffed = set()
     for record in metrics_for_slices(evaluation_uri):
-        if record.slice_key.single_slice_keys:
+        if record.slice_key.single_slice_keys or record.HasField("cross_slice_key"):
             continue
         for entry in record.metric_keys_and_values:
+            key = entry.key
             number = metric_value(entry.value)
-            if number is None or entry.key.output_name or entry.key.HasField("sub_key"):
+            if number is None or key.HasField("sub_key") or key.HasField("aggregation_type"):
                 continue
-            name = entry.key.name + ("_diff" if entry.key.is_diff else "")
-            by_model.setdefault(entry.key.model_name, {})[name] = number
-    return by_model
+            if key.is_diff:
+                diffed.add(key.model_name)
+            name = key.name + ("_diff" if key.is_diff else "")
+            by_model.setdefault(key.model_name, {}).setdefault(key.output_name, {})[name] = number
+    return by_model, diffed
+
+
+def _by_name(outputs: dict[str, dict[str, float]]) -> dict[str, float]:
+    """One model's metrics of every output by name; a name two outputs share gets "<output>/"
+    in front (a regression evaluated in the label's units and z-scored: example_count)."""
+    counts = collections.Counter(name for values in outputs.values() for name in values)
+    return {
+        f"{output}/{name}" if output and counts[name] > 1 else name: value
+        for output, values in outputs.items()
+        for name, value in values.items()
+    }
+
+
+def overall_metrics_by_model(evaluation_uri: str) -> dict[str, dict[str, float]]:
+    """{model name ("" with one model, else "candidate", "baseline"): {metric: value}} of the
+    overall slice; a metric's change against the baseline is `<metric>_diff` of the candidate."""
+    by_model, _ = _overall_metrics(evaluation_uri)
+    return {model: _by_name(outputs) for model, outputs in by_model.items()}
 
 
 def overall_metrics(evaluation_uri: str) -> dict[str, float]:
-    """Metrics of the overall slice from an Evaluator output directory (the candidate's, with
-    `<metric>_diff` for its change against a baseline)."""
-    by_model = overall_metrics_by_model(evaluation_uri)
-    return by_model.get("candidate") or by_model.get("") or {}
+    """The evaluated model's metrics of the overall slice, by name, as tfma.load_eval_result
+    picks them: the model with changes against a baseline (the candidate, its `<metric>_diff`
+    included), else the only model, with the model-independent metrics (model name "") added;
+    {} when neither rule names one model."""
+    by_model, diffed = _overall_metrics(evaluation_uri)
+    if len(diffed) == 1:
+        [model] = diffed
+    elif diffed:
+        model = ""
+    elif len(by_model) == 1:
+        [model] = by_model
+    else:
+        return {}
+    if model not in by_model:
+        return {}
+    outputs = {output: dict(values) for output, values in by_model[model].items()}
+    if model:
+        for output, values in by_model.get("", {}).items():
+            outputs.setdefault(output, {}).update(values)
+    return _by_name(outputs)
+
+
+def _failures(validation) -> list[dict]:
+    return [
+        {
+            "metric": failure.metric_key.name,
+            "value": metric_value(failure.metric_value),
+            "is_diff": failure.metric_key.is_diff,
+            "threshold": " ".join(str(failure.metric_threshold).split()),
+            "message": failure.message,
+        }
+        for per_slice in validation.metric_validations_per_slice
+        for failure in per_slice.failures
+    ]
+
+
+def validation_failures(evaluation_uri: str) -> list[dict]:
+    """Each threshold TFMA's validation found failed: metric, value, is_diff (a change
+    threshold, against the baseline), threshold (one line), message. Empty without a
+    validation result."""
+    validation = validation_result(evaluation_uri)
+    return _failures(validation) if validation is not None else []
 
 
 def _snake_case(class_name: str) -> str:
@@ -184,23 +245,11 @@ def evaluation_detail(evaluation_uri: str) -> dict:
         for name, value in sorted(candidate.items())
         if not name.endswith("_diff")
     ]
-    failures = []
     validation = validation_result(evaluation_uri)
-    validation_ok = validation.validation_ok if validation is not None else None
-    for per_slice in validation.metric_validations_per_slice if validation is not None else []:
-        for failure in per_slice.failures:
-            failures.append(
-                {
-                    "metric": failure.metric_key.name,
-                    "value": metric_value(failure.metric_value),
-                    "threshold": " ".join(str(failure.metric_threshold).split()),
-                    "message": failure.message,
-                }
-            )
     return {
         "thresholds": thresholds,
         "has_baseline": has_baseline,
         "metrics": rows,
-        "validation_ok": validation_ok,
-        "failures": failures,
+        "validation_ok": validation.validation_ok if validation is not None else None,
+        "failures": _failures(validation) if validation is not None else [],
     }
