@@ -1,11 +1,11 @@
 """One self-contained HTML page about a pipeline run, built from ML Metadata.
 
-The lineage graph (inline SVG: executions and the artifacts between them, laid out by Graphviz's
-dot, pipeline.mlmd.lineage_layout), per-component times with cached executions linked to the run
-whose outputs they reused, train and eval statistics side by side (min, max, histograms),
-anomalies, the evaluation (thresholds, baseline model, candidate against baseline, TFMA's
-verdict), artifact URIs. No scripts, no external resources: the file can be mailed, archived or
-opened from a bucket. Written by `python -m pipeline.mlmd report [RUN]`.
+The lineage graph (inline SVG: executions and the artifacts between them, laid out left to right
+in pure Python, pipeline.mlmd.lineage_layout), per-component times with cached executions linked
+to the run whose outputs they reused, train and eval statistics side by side (min, max,
+histograms), anomalies, the evaluation (thresholds, baseline model, candidate against baseline,
+TFMA's verdict), artifact URIs. No scripts, no external resources: the file can be mailed,
+archived or opened from a bucket. Written by `python -m pipeline.mlmd report [RUN]`.
 """
 
 from __future__ import annotations
