@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import PROJECT_ROOT
 from pipeline.mlmd import cli, connection, records, report, runs
-from tests.pipeline.mlmd import report_geometry
+from tests.pipeline.mlmd import report_geometry, tfx_store
 
 
 def write_report(penguin_store, tmp_path, *args) -> str:
@@ -72,6 +72,31 @@ def test_a_full_report_needs_no_graphviz(penguin_store, tmp_path):
     ids = set(re.findall(r'data-id="([ae]\d+)"', drawing))
     ends = re.findall(r'data-tail="(\w+)" data-head="(\w+)"', drawing)
     assert len(ends) > 20 and {name for pair in ends for name in pair} <= ids
+
+
+def test_what_the_records_say_is_escaped(tmp_path):
+    """Text from the store and its files (an anomaly's feature and description) is shown as
+    text, never as markup: the templates escape every value."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    path = str(tmp_path / "metadata.sqlite")
+    recorded = tfx_store.record_runs(path, str(tmp_path / "pipeline_root"))
+    db = records.Store(connection.open_store(path))
+    anomalies_id = recorded["run-1"]["ExampleValidator"]["outputs"]["anomalies"]
+    uri = db.artifact(anomalies_id).uri
+    os.makedirs(os.path.join(uri, "Split-train"))
+    found = anomalies_pb2.Anomalies()
+    info = found.anomaly_info["<img src=x>"]
+    info.description = "<script>alert(1)</script> & more"
+    info.reason.add().type = anomalies_pb2.AnomalyInfo.ENUM_TYPE_UNEXPECTED_STRING_VALUES
+    with open(os.path.join(uri, "Split-train", "SchemaDiff.pb"), "wb") as handle:
+        handle.write(found.SerializeToString())
+    page = write_report({"path": path}, tmp_path, "1")
+    assert "<script" not in page and "<img" not in page
+    assert (
+        "<li>train: &lt;img src=x&gt;: ENUM_TYPE_UNEXPECTED_STRING_VALUES: "
+        "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more</li>"
+    ) in page
 
 
 def test_sections(penguin_store, tmp_path):
