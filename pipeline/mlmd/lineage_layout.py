@@ -14,10 +14,28 @@ does not join. report.py draws the result as inline SVG.
 from __future__ import annotations
 
 import dataclasses
+import sys
+from typing import Any
 
-from grandalf.graphs import Edge as _GraphEdge
-from grandalf.graphs import Graph, Vertex
-from grandalf.layouts import SugiyamaLayout
+
+def _import_grandalf():
+    """grandalf's modules, imported without numpy when it is not loaded yet: grandalf imports
+    it for its spline and energy layouts only, not the Sugiyama layout used here (which runs on
+    plain Python numbers either way), and numpy's import would be a large part of `report`."""
+    blocked = "numpy" not in sys.modules
+    if blocked:
+        sys.modules["numpy"] = None  # type: ignore[assignment]  # makes `import numpy` fail
+    try:
+        from grandalf import graphs, layouts
+    finally:
+        if blocked:
+            del sys.modules["numpy"]
+    return graphs, layouts
+
+
+_graphs, _layouts = _import_grandalf()
+_GraphEdge, Graph, Vertex = _graphs.Edge, _graphs.Graph, _graphs.Vertex
+SugiyamaLayout: Any = _layouts.SugiyamaLayout
 
 # Pixels between two boxes of one column, between two columns, between unconnected parts.
 NODE_GAP = 22.0

@@ -181,3 +181,33 @@ def test_the_layout_is_the_same_in_every_process():
         )
         outputs.add(result.stdout)
     assert len(outputs) == 1
+
+
+def test_grandalf_is_loaded_without_numpy_and_lays_out_the_same_with_it():
+    """`report` does not pay for numpy's import (grandalf's Sugiyama layout does not use it);
+    numpy still imports afterwards, and a process that had loaded it gets the same layout."""
+    script = (
+        "import sys\n"
+        "{first}"
+        "from pipeline.mlmd import lineage_layout as L\n"
+        "print('numpy' in sys.modules)\n"
+        "import numpy\n"
+        "sizes = {{f'n{{i}}': (40.0 + 9 * i, 57.0) for i in range(10)}}\n"
+        "edges = [(f'n{{i}}', f'n{{j}}') for i in range(10) for j in range(i + 1, 10)"
+        " if (i + 2 * j) % 3 == 0]\n"
+        "print(repr(L.layout(sizes, edges)))\n"
+    )
+
+    def run(first: str) -> list[str]:
+        result = subprocess.run(
+            [sys.executable, "-c", script.format(first=first)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return result.stdout.splitlines()
+
+    without, placed = run("")
+    loaded, placed_with_numpy = run("import numpy\n")
+    assert (without, loaded) == ("False", "True")
+    assert placed == placed_with_numpy
