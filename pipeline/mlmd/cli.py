@@ -48,7 +48,6 @@ from pipeline.mlmd import (
     kfp_api,
     lineage,
     records,
-    report,
     runs,
     tables,
 )
@@ -213,6 +212,9 @@ def run(args, out) -> None:
         result = lineage.lineage(db, args.artifact)
         columns = None
     elif args.command == "report":
+        # Jinja2 and grandalf load with it: only this command pays for them.
+        from pipeline.mlmd import report
+
         chosen = db.run(args.run)
         compare_to = db.run(args.compare) if args.compare else None
         path = os.path.abspath(args.out or report.report_file_name(db.row_of(chosen)))
