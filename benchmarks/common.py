@@ -238,9 +238,9 @@ def data_pipeline(name: str, root: str, components: list, beam_args: list[str]):
 def component_executions(root: str) -> tuple:
     """(Store, {component: execution}, {component: seconds}) of the pipeline under root, from
     its MLMD: each component's execution time is MLMD's create -> last update."""
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import connection, records
 
-    db = mlmd_read.Store(mlmd_read.open_store(os.path.join(root, "metadata.sqlite")))
+    db = records.Store(connection.open_store(os.path.join(root, "metadata.sqlite")))
     executions, seconds = {}, {}
     for execution in db.store.get_executions():
         node = db.node_of(execution)

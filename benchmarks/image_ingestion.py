@@ -121,11 +121,11 @@ def build_pipeline(data_dir: str, root: str, beam_args: list[str], size: int):
 
 def component_seconds(root: str) -> dict:
     """Seconds per component and the examples ImageExampleGen wrote, from MLMD."""
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import records
 
     db, executions, seconds = common.component_executions(root)
     (examples,) = db.outputs_by_type(executions["ImageExampleGen"].id)["Examples"]
-    counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts"))
+    counts = json.loads(records.custom_value(examples, "split_example_counts"))
     outputs = db.outputs_by_type(executions["Transform"].id)
     if "Examples" in outputs:
         raise AssertionError("Transform materialized examples: images keep ExampleGen's shards")

@@ -72,9 +72,9 @@ def real_store(work_dir: str) -> str:
 
 
 def newest_model(store_path: str) -> int:
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import connection
 
-    store = mlmd_read.open_store(store_path)
+    store = connection.open_store(store_path)
     return max(a.id for a in store.get_artifacts_by_type("Model"))
 
 

@@ -209,7 +209,7 @@ def bad_data(
 
 
 def measure(data_dir: str, work_dir: str, rows: int) -> dict:
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import records
 
     result, pipeline_dir = scale_memory.run_pipeline(
         data_dir,
@@ -221,15 +221,15 @@ def measure(data_dir: str, work_dir: str, rows: int) -> dict:
     db, executions, seconds = common.component_executions(pipeline_dir)
     assert "CsvExampleGen" in executions, "no CsvExampleGen execution in MLMD"
     [examples] = db.outputs_by_type(executions["CsvExampleGen"].id)["Examples"]
-    listing_uri = mlmd_read.custom_value(examples, "rejected_rows_uri")
+    listing_uri = records.custom_value(examples, "rejected_rows_uri")
     return {
         "rows": rows,
         "wall_s": result.seconds,
         "peak_rss": result.peak_rss_bytes,
         "seconds": seconds,
-        "read": mlmd_read.custom_value(examples, "num_rows_read"),
-        "rejected": mlmd_read.custom_value(examples, "num_rows_rejected"),
-        "written": json.loads(mlmd_read.custom_value(examples, "split_example_counts")),
+        "read": records.custom_value(examples, "num_rows_read"),
+        "rejected": records.custom_value(examples, "num_rows_rejected"),
+        "written": json.loads(records.custom_value(examples, "split_example_counts")),
         "listing_uri": listing_uri,
         "listing_printed": listing_uri in result.stdout,
         "workers": scale.auto_workers(data_dir),

@@ -46,12 +46,12 @@ def transformed_data(work_dir: str) -> tuple[str, str]:
         cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL,
     )
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import connection, records
 
-    store = mlmd_read.open_store(os.path.join(work_dir, "penguins-pipeline", "metadata.sqlite"))
+    store = connection.open_store(os.path.join(work_dir, "penguins-pipeline", "metadata.sqlite"))
     context = store.get_context_by_type_and_name("node", "penguins-pipeline.Transform")
     latest = max(store.get_executions_by_context(context.id), key=lambda e: e.id)
-    outputs = mlmd_read.Store(store).outputs_by_type(latest.id)
+    outputs = records.Store(store).outputs_by_type(latest.id)
     return outputs["Examples"][0].uri, outputs["TransformGraph"][0].uri
 
 

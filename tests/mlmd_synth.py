@@ -16,7 +16,8 @@ import shutil
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import records
+from pipeline.mlmd.errors import InspectError
 
 
 def _writable(path: str) -> metadata_store.MetadataStore:
@@ -25,14 +26,14 @@ def _writable(path: str) -> metadata_store.MetadataStore:
     return metadata_store.MetadataStore(config)
 
 
-def _template(db: mlmd_read.Store, run) -> dict:
+def _template(db: records.Store, run) -> dict:
     """One run's records: executions with their node contexts and events."""
     executions = db.executions(run)
     events = db.store.get_events_by_execution_ids([e.id for e in executions])
     created = {
         e.artifact_id
         for e in events
-        if e.type in mlmd_read.OUTPUT_EVENTS
+        if e.type in records.OUTPUT_EVENTS
         and db.executions_by_id([e.execution_id])[0].last_known_state
         != metadata_store_pb2.Execution.CACHED
     }
@@ -57,10 +58,10 @@ def grow(source: str, target: str, runs: int, templates: list[int] | None = None
     runs to copy in turn; default all of them."""
     shutil.copyfile(source, target)
     store = _writable(target)
-    db = mlmd_read.Store(store, schema=mlmd_read.TFX_SCHEMA)
+    db = records.Store(store, schema=records.TFX_SCHEMA)
     originals = db.runs()
     if not originals:
-        raise mlmd_read.InspectError(f"{source} has no pipeline runs to copy")
+        raise InspectError(f"{source} has no pipeline runs to copy")
     rows = templates or list(range(1, len(originals) + 1))
     copied = [_template(db, originals[row - 1]) for row in rows]
     run_type = originals[0].type_id

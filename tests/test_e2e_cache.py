@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from pipeline import run_local
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -70,10 +70,10 @@ class Project:
         return result
 
     def executed_in_last_run(self) -> set[str]:
-        store = mlmd_read.open_store(
+        store = connection.open_store(
             os.path.join(self.output_root, "penguins-pipeline", "metadata.sqlite")
         )
-        last = list(mlmd_read.Store(store).node_states_by_run().values())[-1]
+        last = list(records.Store(store).node_states_by_run().values())[-1]
         assert set(last) >= COMPONENTS, last
         assert all(last[name] in ("COMPLETE", "CACHED") for name in COMPONENTS), last
         return {name for name in COMPONENTS if last[name] == "COMPLETE"}

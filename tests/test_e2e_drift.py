@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from pipeline import datasets
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 from tests.docs import pages
 from tests.test_e2e_local import explain
 
@@ -102,8 +102,8 @@ def good_run(tmp_path_factory, penguins_csv):
 
 
 def _trainer_executions(root) -> int:
-    store = mlmd_read.Store(
-        mlmd_read.open_store(str(root / "penguins_data-pipeline" / "metadata.sqlite"))
+    store = records.Store(
+        connection.open_store(str(root / "penguins_data-pipeline" / "metadata.sqlite"))
     )
     return sum(
         1

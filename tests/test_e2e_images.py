@@ -15,7 +15,7 @@ import pytest
 
 from components.tfx_components.image_example_gen import reader
 from pipeline.datasets import images as image_data
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, evaluation, records
 from tests.docs import pages
 from tests.pipeline_components import IMAGE_COMPONENTS
 from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
@@ -43,19 +43,19 @@ def digits_run(tmp_path_factory):
 
 
 def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):
-    store = mlmd_read.Store(mlmd_read.open_store(digits_run["metadata"]))
+    store = records.Store(connection.open_store(digits_run["metadata"]))
     (run,) = store.node_states_by_run().values()
     assert sorted(run) == sorted(COMPONENTS)
     assert all(state == "COMPLETE" for state in run.values()), run
     executions = {store.node_of(e): e.id for e in store.executions(store.run(None))}
     (examples,) = store.outputs_by_type(executions["ImageExampleGen"])["Examples"]
     # The folder's completion marker lies directly under the root: found, ignored and listed.
-    assert mlmd_read.custom_value(examples, "num_files_ignored") == 1
-    assert mlmd_read.custom_value(examples, "num_files_found") == image_data.DIGITS_COUNT + 1
-    assert mlmd_read.custom_value(examples, "num_files_rejected") == 0
-    counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts"))
+    assert records.custom_value(examples, "num_files_ignored") == 1
+    assert records.custom_value(examples, "num_files_found") == image_data.DIGITS_COUNT + 1
+    assert records.custom_value(examples, "num_files_rejected") == 0
+    counts = json.loads(records.custom_value(examples, "split_example_counts"))
     assert sum(counts.values()) == image_data.DIGITS_COUNT
-    vocabulary = json.loads(mlmd_read.custom_value(examples, "label_vocabulary"))
+    vocabulary = json.loads(records.custom_value(examples, "label_vocabulary"))
     assert vocabulary == [str(digit) for digit in range(10)]
     # Transform writes the transform graph only (no examples): the Trainer reads ExampleGen's
     # shards (encoded bytes) through it.
@@ -64,9 +64,9 @@ def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):
     assert examples.id in trainer_inputs
     outputs = store.outputs_by_type(executions["Evaluator"])
     (blessing,) = outputs["ModelBlessing"]
-    assert mlmd_read.custom_value(blessing, "blessed") == 1
-    (evaluation,) = outputs["ModelEvaluation"]
-    accuracy = mlmd_read.overall_metrics(evaluation.uri)["sparse_categorical_accuracy"]
+    assert records.custom_value(blessing, "blessed") == 1
+    (evaluated,) = outputs["ModelEvaluation"]
+    accuracy = evaluation.overall_metrics(evaluated.uri)["sparse_categorical_accuracy"]
     assert accuracy >= 0.9
     stdout = digits_run["result"].stdout
     assert "1797 image file(s) in 10 class folder(s)" in stdout

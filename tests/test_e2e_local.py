@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from components.ml import features
 from pipeline.mlmd import cli as inspect_mlmd
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 from tests import system_packages
 from tests.docs import pages
 from tests.pipeline_components import CSV_COMPONENTS
@@ -58,8 +58,8 @@ def penguin_runs(tmp_path_factory):
 
 
 def test_every_component_executed_then_rerun_is_fully_cached(penguin_runs):
-    store = mlmd_read.open_store(penguin_runs["metadata"])
-    runs = list(mlmd_read.Store(store).node_states_by_run().values())
+    store = connection.open_store(penguin_runs["metadata"])
+    runs = list(records.Store(store).node_states_by_run().values())
     assert len(runs) == 2
     first, second = runs
     assert sorted(first) == sorted(COMPONENTS)
@@ -82,30 +82,32 @@ def test_progress_lines_and_summary(penguin_runs):
 
 
 def test_model_blessed_and_pushed(penguin_runs):
-    store = mlmd_read.open_store(penguin_runs["metadata"])
+    store = connection.open_store(penguin_runs["metadata"])
     blessings = store.get_artifacts_by_type("ModelBlessing")
     assert len(blessings) == 1
-    assert mlmd_read.custom_value(blessings[0], "blessed") == 1
+    assert records.custom_value(blessings[0], "blessed") == 1
     pushed = store.get_artifacts_by_type("PushedModel")
-    assert len(pushed) == 1 and mlmd_read.custom_value(pushed[0], "pushed") == 1
+    assert len(pushed) == 1 and records.custom_value(pushed[0], "pushed") == 1
     versions = os.listdir(penguin_runs["serving"])
     assert len(versions) == 1 and versions[0].isdigit()  # one versioned SavedModel
 
 
 def test_pushed_model_predicts_raw_held_out_rows(penguin_runs):
-    store = mlmd_read.open_store(penguin_runs["metadata"])
+    store = connection.open_store(penguin_runs["metadata"])
     [examples] = store.get_artifacts_by_type("Examples")[:1]
     eval_files = glob.glob(os.path.join(examples.uri, "Split-eval", "*.gz"))
-    records = [r.numpy() for r in tf.data.TFRecordDataset(eval_files, compression_type="GZIP")]
+    serialized = [r.numpy() for r in tf.data.TFRecordDataset(eval_files, compression_type="GZIP")]
     truth = [
         tf.train.Example.FromString(r).features.feature["species"].bytes_list.value[0].decode()
-        for r in records
+        for r in serialized
     ]
     [version] = os.listdir(penguin_runs["serving"])
     serve = tf.saved_model.load(os.path.join(penguin_runs["serving"], version)).signatures[
         features.SERVING_SIGNATURE
     ]
-    predicted = [c.decode() for c in serve(examples=tf.constant(records))[features.CLASSES].numpy()]
+    predicted = [
+        c.decode() for c in serve(examples=tf.constant(serialized))[features.CLASSES].numpy()
+    ]
     accuracy = sum(p == t for p, t in zip(predicted, truth, strict=True)) / len(truth)
     assert len(truth) > 50
     assert accuracy >= 0.9, accuracy
@@ -155,8 +157,8 @@ def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):
     assert "error: ExampleValidator failed" in result.stderr
     assert "feature 'species': ENUM_TYPE_UNEXPECTED_STRING_VALUES" in result.stderr
     assert "Transform started" not in result.stdout
-    store = mlmd_read.open_store(str(tmp_path / "out" / "drifted-pipeline" / "metadata.sqlite"))
-    [states] = mlmd_read.Store(store).node_states_by_run().values()
+    store = connection.open_store(str(tmp_path / "out" / "drifted-pipeline" / "metadata.sqlite"))
+    [states] = records.Store(store).node_states_by_run().values()
     assert states["ExampleValidator"] == "FAILED"
     assert "Transform" not in states
 
@@ -175,7 +177,7 @@ def inspect(penguin_runs, *args):
 
 
 def test_inspect_runs_and_executions_match_mlmd(penguin_runs):
-    store = mlmd_read.open_store(penguin_runs["metadata"])
+    store = connection.open_store(penguin_runs["metadata"])
     runs = inspect(penguin_runs, "runs")
     raw_runs = sorted(store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
     assert [r["run"] for r in runs] == [c.name for c in raw_runs]
@@ -378,10 +380,10 @@ def test_pipeline_on_mysql_metadata(mariadb, tmp_path):
     [run] = json.loads(out.getvalue())
     assert (run["status"], run["executed"], run["cached"]) == ("COMPLETE", 9, 0)
 
-    connection = metadata_store_pb2.ConnectionConfig()
-    connection.mysql.host, connection.mysql.port = "127.0.0.1", mariadb
-    connection.mysql.database, connection.mysql.user = "mlmd_test", "root"
-    store = mlmd_read.open_store(connection)
-    [states] = mlmd_read.Store(store).node_states_by_run().values()
+    config = metadata_store_pb2.ConnectionConfig()
+    config.mysql.host, config.mysql.port = "127.0.0.1", mariadb
+    config.mysql.database, config.mysql.user = "mlmd_test", "root"
+    store = connection.open_store(config)
+    [states] = records.Store(store).node_states_by_run().values()
     assert sorted(states) == sorted(COMPONENTS)
     assert len(store.get_artifacts_by_type("PushedModel")) == 1

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from pipeline.datasets import regression as regression_data
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, evaluation, records
 from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -72,15 +72,13 @@ def test_regression_run_blesses_pushes_and_predicts_in_label_units(tmp_path):
     assert "Unable to register" not in first.stderr and "Exception ignored" not in first.stderr
 
     base = out / "diabetes-pipeline"
-    store = mlmd_read.open_store(str(base / "metadata.sqlite"))
-    [evaluation] = store.get_artifacts_by_type("ModelEvaluation")
-    from pipeline.local import summary as run_summary
-
-    metrics = run_summary.overall_metrics(evaluation.uri)
+    store = connection.open_store(str(base / "metadata.sqlite"))
+    [evaluated] = store.get_artifacts_by_type("ModelEvaluation")
+    metrics = evaluation.overall_metrics(evaluated.uri)
     assert metrics["mean_squared_error_skill"] > 0.2, metrics
     assert 20 < metrics["mean_absolute_error"] < 70, metrics  # progression runs 25..346
     [pushed] = store.get_artifacts_by_type("PushedModel")
-    assert mlmd_read.custom_value(pushed, "pushed") == 1
+    assert records.custom_value(pushed, "pushed") == 1
 
     requests = tmp_path / "requests.csv"
     with open(requests, "w", newline="") as handle:

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline import datasets
 from pipeline.datasets import synthetic as synth_data
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -50,9 +50,9 @@ def test_synthetic_data_end_to_end(tmp_path):
         check=False,
     )
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
-    store = mlmd_read.open_store(str(output_root / "synth-pipeline" / "metadata.sqlite"))
+    store = connection.open_store(str(output_root / "synth-pipeline" / "metadata.sqlite"))
     examples = [a for a in store.get_artifacts_by_type("Examples") if "CsvExampleGen" in a.uri]
-    counts = json.loads(mlmd_read.custom_value(examples[0], "split_example_counts"))
+    counts = json.loads(records.custom_value(examples[0], "split_example_counts"))
     assert sum(counts.values()) == ROWS
     transformed = [a for a in store.get_artifacts_by_type("Examples") if "Transform" in a.uri]
     shards = glob.glob(os.path.join(transformed[0].uri, "Split-train", "*.gz"))

@@ -17,7 +17,7 @@ from components.training import cluster
 from components.training import loop as training
 from components.training.settings import TrainingConfig
 from pipeline import run_local as local_runner
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 from tests.docs import pages
 from tests.test_e2e_local import explain
 
@@ -40,12 +40,12 @@ def base_run(sandbox):
 
 
 def latest_outputs(output_root: str, component: str) -> dict:
-    store = mlmd_read.open_store(os.path.join(output_root, "penguins-pipeline", "metadata.sqlite"))
-    runs = mlmd_read.Store(store).node_states_by_run()
+    store = connection.open_store(os.path.join(output_root, "penguins-pipeline", "metadata.sqlite"))
+    runs = records.Store(store).node_states_by_run()
     node_context = store.get_context_by_type_and_name("node", f"penguins-pipeline.{component}")
     executions = [e for e in store.get_executions_by_context(node_context.id)]
     latest = max(executions, key=lambda e: e.id)
-    return {"runs": runs, "outputs": mlmd_read.Store(store).outputs_by_type(latest.id)}
+    return {"runs": runs, "outputs": records.Store(store).outputs_by_type(latest.id)}
 
 
 def eval_accuracy(stdout: str) -> float:

@@ -1,5 +1,5 @@
-"""What a finished local run produced, read back from ML Metadata (through mlmd_read, the
-reader): per-component executions, eval metrics, blessing, pushed model, inferred schema."""
+"""What a finished local run produced, read back from ML Metadata (through pipeline.mlmd's read
+model): per-component executions, eval metrics, blessing, pushed model, inferred schema."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, evaluation, records
 
 
 @dataclasses.dataclass
@@ -32,9 +32,10 @@ class RunSummary:
 
 
 def summarize(source, components: list[dict], location: str) -> RunSummary:
-    """source: see mlmd_read.open_store; components: the progress records (component id,
-    status, execution id) of this run; location: where the store is, for the user."""
-    db = mlmd_read.Store(mlmd_read.open_store(source))
+    """source: see pipeline.mlmd.connection.open_store; components: the progress records
+    (component id, status, execution id) of this run; location: where the store is, for the
+    user."""
+    db = records.Store(connection.open_store(source))
     outputs = {
         c["component"]: db.outputs_by_type(c["execution_id"])
         for c in components
@@ -43,22 +44,22 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
     failures: list[dict] = []
     listing = None
-    for evaluation in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
-        metrics = overall_metrics(evaluation.uri)
-        failures = blessing_failures(evaluation.uri)
+    for evaluated in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
+        metrics = evaluation.overall_metrics(evaluated.uri)
+        failures = evaluation.validation_failures(evaluated.uri)
     for blessing in outputs.get("Evaluator", {}).get("ModelBlessing", []):
-        blessed = mlmd_read.custom_value(blessing, "blessed") == 1
+        blessed = records.custom_value(blessing, "blessed") == 1
     for pushed in outputs.get("Pusher", {}).get("PushedModel", []):
-        if mlmd_read.custom_value(pushed, "pushed") == 1:
-            pushed_model = mlmd_read.custom_value(pushed, "pushed_destination")
+        if records.custom_value(pushed, "pushed") == 1:
+            pushed_model = records.custom_value(pushed, "pushed_destination")
     for examples in outputs.get("CsvExampleGen", {}).get("Examples", []):
-        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
-        rejected = mlmd_read.custom_value(examples, "num_rows_rejected")
-        listing = mlmd_read.custom_value(examples, "rejected_rows_uri")
+        counts = json.loads(records.custom_value(examples, "split_example_counts") or "{}")
+        rejected = records.custom_value(examples, "num_rows_rejected")
+        listing = records.custom_value(examples, "rejected_rows_uri")
     for examples in outputs.get("ImageExampleGen", {}).get("Examples", []):
-        counts = json.loads(mlmd_read.custom_value(examples, "split_example_counts") or "{}")
-        rejected = mlmd_read.custom_value(examples, "num_files_rejected")
-        listing = mlmd_read.custom_value(examples, "rejected_files_uri")
+        counts = json.loads(records.custom_value(examples, "split_example_counts") or "{}")
+        rejected = records.custom_value(examples, "num_files_rejected")
+        listing = records.custom_value(examples, "rejected_files_uri")
     for schema in outputs.get("SchemaGen", {}).get("Schema", []):
         schema_uri = os.path.join(schema.uri, "schema.pbtxt")
     return RunSummary(
@@ -75,55 +76,6 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     )
 
 
-def overall_metrics(evaluation_uri: str) -> dict[str, float]:
-    """Overall-slice metrics of every model output (regression evaluates two: the prediction in
-    the label's units, and z-scored), by metric name; a name two outputs share gets
-    "<output>/" in front."""
-    import tensorflow_model_analysis as tfma
-
-    result = tfma.load_eval_result(evaluation_uri)
-    by_output: dict = next((m for key, m in result.slicing_metrics if key == ()), {})
-    counts: dict[str, int] = {}
-    for values in by_output.values():
-        for name in values.get("", {}):
-            counts[name] = counts.get(name, 0) + 1
-    out = {}
-    for output, values in by_output.items():
-        for name, value in values.get("", {}).items():
-            key = f"{output}/{name}" if output and counts[name] > 1 else name
-            if "doubleValue" in value:
-                out[key] = float(value["doubleValue"])
-            elif "boundedValue" in value:
-                out[key] = float(value["boundedValue"]["value"])
-    return out
-
-
-def blessing_failures(evaluation_uri: str) -> list[dict]:
-    """The failed metric thresholds in an Evaluator output's validation result."""
-    import tensorflow_model_analysis as tfma
-
-    try:
-        result = tfma.load_validation_result(evaluation_uri)
-    except (OSError, ValueError, IndexError):  # no validation result written
-        return []
-    return [
-        {
-            "metric": failure.metric_key.name,
-            "value": _metric_value(failure.metric_value),
-            "is_diff": failure.metric_key.is_diff,
-            "message": failure.message,
-        }
-        for per_slice in result.metric_validations_per_slice
-        for failure in per_slice.failures
-    ]
-
-
-def _metric_value(value) -> float:
-    if value.HasField("bounded_value"):
-        return float(value.bounded_value.value.value)
-    return float(value.double_value.value)
-
-
 def previous_fingerprints(config) -> dict[str, str]:
     """{component: the cache fingerprint of its newest finished execution of this pipeline}
     (pipeline.fingerprints); empty before the first run. A store may hold other pipelines
@@ -132,5 +84,5 @@ def previous_fingerprints(config) -> dict[str, str]:
 
     if config.mysql is None and not os.path.exists(config.metadata_path):
         return {}
-    db = mlmd_read.Store(mlmd_read.open_store(config.metadata_connection_config()))
-    return mlmd_read.latest_property(db, fingerprints.FINGERPRINT_KEY, config.pipeline_name)
+    db = records.Store(connection.open_store(config.metadata_connection_config()))
+    return records.latest_property(db, fingerprints.FINGERPRINT_KEY, config.pipeline_name)

@@ -41,21 +41,17 @@ import sys
 import warnings
 
 from pipeline import config as config_lib
-from pipeline.mlmd import diff as mlmd_diff
-from pipeline.mlmd import kfp_api as kfp_api_read
-from pipeline.mlmd import read as mlmd_read
-from pipeline.mlmd import report as mlmd_report
-
-
-def _table(rows: list[dict], columns: list[str], out) -> None:
-    if not rows:
-        out.write("(none)\n")
-        return
-    cells = [[mlmd_read.cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n")
-    for row in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
+from pipeline.mlmd import (
+    artifacts,
+    connection,
+    diff,
+    kfp_api,
+    lineage,
+    records,
+    runs,
+    tables,
+)
+from pipeline.mlmd.errors import InspectError
 
 
 def _artifact_label(artifact: dict) -> str:
@@ -64,7 +60,7 @@ def _artifact_label(artifact: dict) -> str:
 
 def _print_graph(title: str, graph: dict, out) -> None:
     """A lineage part, each execution once (in dependency order) with what it read and wrote."""
-    artifacts = {a["artifact"]: a for a in graph["artifacts"]}
+    by_id = {a["artifact"]: a for a in graph["artifacts"]}
     reads: dict[int, list[int]] = {}
     writes: dict[int, list[int]] = {}
     for edge in graph["edges"]:
@@ -73,16 +69,16 @@ def _print_graph(title: str, graph: dict, out) -> None:
     out.write(
         f"{title}: {len(graph['executions'])} execution(s), {len(graph['artifacts'])} artifact(s)\n"
     )
-    for execution in mlmd_read.topological_executions(graph):
+    for execution in lineage.topological_executions(graph):
         source = f" from {execution['source']}" if execution.get("source") else ""
         out.write(
             f"  {execution['component']} (execution {execution['execution']}, "
             f"{execution['state']}, run {execution['run']}){source}\n"
         )
         for artifact_id in sorted(reads.get(execution["execution"], [])):
-            out.write(f"    <- {_artifact_label(artifacts[artifact_id])}\n")
+            out.write(f"    <- {_artifact_label(by_id[artifact_id])}\n")
         for artifact_id in sorted(writes.get(execution["execution"], [])):
-            artifact = artifacts[artifact_id]
+            artifact = by_id[artifact_id]
             out.write(f"    -> {_artifact_label(artifact)}  {artifact['uri']}\n")
 
 
@@ -124,7 +120,7 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--schema",
-        choices=["auto", mlmd_read.TFX_SCHEMA, mlmd_read.KFP_SCHEMA],
+        choices=["auto", records.TFX_SCHEMA, records.KFP_SCHEMA],
         default="auto",
         help="whose records to read: TFX's orchestrators or Kubeflow Pipelines v2 (default: "
         "detected from the store)",
@@ -135,58 +131,58 @@ def parse_args(argv):
     subcommands.append(
         commands.add_parser("runs", help="pipeline runs: time, status, executed vs cached")
     )
-    executions = commands.add_parser("executions", help="component executions of a run")
-    executions.add_argument("run", nargs="?")
-    artifacts = commands.add_parser("artifacts", help="artifacts a run produced or reused")
-    artifacts.add_argument("run", nargs="?")
-    artifacts.add_argument("--type", default=None, help="e.g. Examples, Schema, Model")
+    executions_parser = commands.add_parser("executions", help="component executions of a run")
+    executions_parser.add_argument("run", nargs="?")
+    artifacts_parser = commands.add_parser("artifacts", help="artifacts a run produced or reused")
+    artifacts_parser.add_argument("run", nargs="?")
+    artifacts_parser.add_argument("--type", default=None, help="e.g. Examples, Schema, Model")
     lineage_parser = commands.add_parser(
         "lineage", help="upstream and downstream of an artifact, as a graph"
     )
     lineage_parser.add_argument("artifact", type=int)
-    diff = commands.add_parser(
+    diff_parser = commands.add_parser(
         "diff", help="what differs between two runs: components, metrics, schema, data drift"
     )
-    diff.add_argument("run_a")
-    diff.add_argument("run_b")
-    diff.add_argument(
+    diff_parser.add_argument("run_a")
+    diff_parser.add_argument("run_b")
+    diff_parser.add_argument(
         "--drift_threshold",
         type=float,
-        default=mlmd_diff.DRIFT_THRESHOLD,
+        default=diff.DRIFT_THRESHOLD,
         help="distance above which a feature counts as drifted (default %(default)s)",
     )
-    report = commands.add_parser("report", help="a self-contained HTML page about a run")
-    report.add_argument("run", nargs="?")
-    report.add_argument("--out", default=None, help="default: report-<row>.html in the cwd")
-    report.add_argument(
+    report_parser = commands.add_parser("report", help="a self-contained HTML page about a run")
+    report_parser.add_argument("run", nargs="?")
+    report_parser.add_argument("--out", default=None, help="default: report-<row>.html in the cwd")
+    report_parser.add_argument(
         "--compare", default=None, metavar="RUN", help="add what changed since RUN (diff)"
     )
-    subcommands += [executions, artifacts, lineage_parser, diff, report]
+    subcommands += [executions_parser, artifacts_parser, lineage_parser, diff_parser, report_parser]
     for subcommand in subcommands:
         # Accepted after the subcommand too; SUPPRESS keeps a --json given before it.
         _json_flag(subcommand, argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def _open(args) -> mlmd_read.Store:
+def _open(args) -> records.Store:
     named = [flag for flag in ("grpc_host", "mysql_host", "kfp_host") if getattr(args, flag)]
     if len(named) > 1:
         flags = " and ".join(f"--{flag}" for flag in named)
-        raise mlmd_read.InspectError(f"{flags} each name a store; pass one")
+        raise InspectError(f"{flags} each name a store; pass one")
     if args.kfp_host:
-        store = kfp_api_read.load(
+        store = kfp_api.load(
             args.kfp_host, namespace=args.kfp_namespace, token=os.environ.get("KFP_API_TOKEN")
         )
-        return mlmd_read.Store(store, schema=mlmd_read.KFP_SCHEMA, pipeline=args.pipeline)
+        return records.Store(store, schema=records.KFP_SCHEMA, pipeline=args.pipeline)
     if args.grpc_host:
-        config = mlmd_read.grpc_config(args.grpc_host, args.grpc_port)
+        config = connection.grpc_config(args.grpc_host, args.grpc_port)
     elif args.mysql_host:
-        config = mlmd_read.mysql_config(args.mysql_host, args.mysql_port, args.mysql_database)
+        config = connection.mysql_config(args.mysql_host, args.mysql_port, args.mysql_database)
     else:
-        config = mlmd_read.sqlite_config(
-            args.metadata or mlmd_read.find_sqlite(args.output_root, args.pipeline)
+        config = connection.sqlite_config(
+            args.metadata or connection.find_sqlite(args.output_root, args.pipeline)
         )
-    return mlmd_read.Store(mlmd_read.connect(config), schema=args.schema, pipeline=args.pipeline)
+    return records.Store(connection.connect(config), schema=args.schema, pipeline=args.pipeline)
 
 
 def _write_report(path: str, page: str) -> None:
@@ -194,7 +190,7 @@ def _write_report(path: str, page: str) -> None:
         with open(path, "w") as handle:
             handle.write(page)
     except OSError as error:
-        raise mlmd_read.InspectError(
+        raise InspectError(
             f"cannot write the report to {path}: {error.strerror or error}"
         ) from error
 
@@ -204,33 +200,36 @@ def run(args, out) -> None:
     # Rows for the table commands; one object for lineage and report (columns None).
     result: list[dict] | dict
     if args.command == "runs":
-        result = mlmd_read.describe_runs(db)
+        result = runs.describe_runs(db)
         columns = ["row", "run", "start", "end", "status", "executed", "cached", "failed"]
     elif args.command == "executions":
-        result = mlmd_read.describe_executions(db, db.run(args.run))
+        result = runs.describe_executions(db, db.run(args.run))
         columns = ["execution", "component", "state", "seconds", "inputs", "outputs"]
     elif args.command == "artifacts":
-        result = mlmd_read.describe_artifacts(db, db.run(args.run), args.type)
+        result = artifacts.describe_artifacts(db, db.run(args.run), args.type)
         columns = ["artifact", "type", "size_bytes", "uri"]
     elif args.command == "lineage":
-        result = mlmd_read.lineage(db, args.artifact)
+        result = lineage.lineage(db, args.artifact)
         columns = None
     elif args.command == "report":
+        # Jinja2 and grandalf load with it: only this command pays for them.
+        from pipeline.mlmd import report
+
         chosen = db.run(args.run)
         compare_to = db.run(args.compare) if args.compare else None
-        path = os.path.abspath(args.out or mlmd_report.report_file_name(db.row_of(chosen)))
+        path = os.path.abspath(args.out or report.report_file_name(db.row_of(chosen)))
         if not os.path.isdir(os.path.dirname(path)):
-            raise mlmd_read.InspectError(
+            raise InspectError(
                 f"cannot write the report to {path}: no directory {os.path.dirname(path)}"
             )
-        _write_report(path, mlmd_report.build_report(db, chosen, compare_to))
+        _write_report(path, report.build_report(db, chosen, compare_to))
         result = {"report": path, "run": chosen.name}
         if not args.json:
             out.write(f"report of run {chosen.name} written to {path}\n")
             return
         columns = None
     else:
-        result = mlmd_diff.diff(
+        result = diff.diff(
             db, db.run(args.run_a), db.run(args.run_b), threshold=args.drift_threshold
         )
         columns = ["component", "change", "a", "b", "detail"]
@@ -247,7 +246,7 @@ def run(args, out) -> None:
         _print_graph("downstream (to pushed models)", result["downstream"], out)
     else:
         assert isinstance(result, list), "the table commands return rows"
-        _table(result, columns, out)
+        tables.write(result, columns, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.api_core")
     try:
         run(args, sys.stdout)
-    except mlmd_read.InspectError as error:
+    except InspectError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
     except BrokenPipeError:  # `... | head`: the reader has what it wanted

@@ -5,7 +5,8 @@ two runs' ExampleStatistics split by split (run A's statistics as the previous s
 L-infinity distance of the value distributions for categorical features (strings, and integers
 the schema marks categorical), the Jensen-Shannon divergence of the histograms for numeric ones.
 Every feature is measured, not only those over the threshold; `drifted` says which are.
-Metric changes come from mlmd_read.diff_runs; `diff` in pipeline.mlmd shows all three.
+Metric and component changes come from pipeline.mlmd.run_diff; `diff` in pipeline.mlmd shows all
+three.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import os
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import run_diff
+from pipeline.mlmd.records import Store
 
 # Above this distance a feature counts as drifted (TFDV's comparators need a threshold; every
 # feature's value is reported whatever it is).
@@ -181,7 +183,7 @@ def drift(
     return sorted(rows, key=lambda r: r["feature"])
 
 
-def _artifact_of_type(db: mlmd_read.Store, run, type_name: str):
+def _artifact_of_type(db: Store, run, type_name: str):
     """The run's artifact of a type (produced or reused), with the component that output it."""
     for execution in db.executions(run):
         for artifact in db.outputs_by_type(execution.id).get(type_name, []):
@@ -189,7 +191,7 @@ def _artifact_of_type(db: mlmd_read.Store, run, type_name: str):
     return None, None
 
 
-def data_diff(db: mlmd_read.Store, run_a, run_b, threshold: float = DRIFT_THRESHOLD) -> list[dict]:
+def data_diff(db: Store, run_a, run_b, threshold: float = DRIFT_THRESHOLD) -> list[dict]:
     """Schema differences and per-split statistics drift between two runs, as change rows
     (component, change, a, b, kind, and for drift: measure, value, threshold, drifted).
     Runs whose artifacts live off this machine (gs://, s3://) contribute nothing."""
@@ -235,7 +237,7 @@ def data_diff(db: mlmd_read.Store, run_a, run_b, threshold: float = DRIFT_THRESH
     return changes
 
 
-def diff(db: mlmd_read.Store, run_a, run_b, threshold: float = DRIFT_THRESHOLD) -> list[dict]:
-    """Everything `diff` reports: metric and component changes (mlmd_read.diff_runs), then
+def diff(db: Store, run_a, run_b, threshold: float = DRIFT_THRESHOLD) -> list[dict]:
+    """Everything `diff` reports: metric and component changes (run_diff.diff_runs), then
     schema differences and statistics drift."""
-    return mlmd_read.diff_runs(db, run_a, run_b) + data_diff(db, run_a, run_b, threshold)
+    return run_diff.diff_runs(db, run_a, run_b) + data_diff(db, run_a, run_b, threshold)

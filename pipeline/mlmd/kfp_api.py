@@ -18,7 +18,7 @@ They are written into an in-memory ML Metadata store in the layout KFP's own dri
 wrote (pipeline and run contexts, a DAG execution per run, a container execution per runtime
 task with `task_name` and its input parameters, INPUT and OUTPUT events named by the artifact's
 key, artifact types by schema title), so that every command of pipeline.mlmd reads them
-through mlmd_read as it reads a Kubeflow MLMD store.
+through pipeline.mlmd.records as it reads a Kubeflow MLMD store.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from google.protobuf import struct_pb2
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import records
+from pipeline.mlmd.errors import InspectError
 
 RUNS_PATH = "/apis/v2beta1/runs"
 TASKS_PATH = "/apis/v2beta1/tasks"
@@ -114,18 +115,18 @@ class KfpApi:
             if error.status == 404:
                 return None
             message = _api_message(error.body) or error.reason
-            raise mlmd_read.InspectError(
+            raise InspectError(
                 f"the KFP API at {self.host} answered {error.status} to GET {path}: {message}"
             ) from error
         except Exception as error:  # urllib3's connection errors, timeouts
             reason = getattr(error, "reason", None) or error
-            raise mlmd_read.InspectError(
+            raise InspectError(
                 f"cannot reach the KFP API at {self.host}: {_one_line(reason)}"
             ) from error
         try:
             return json.loads(response.data or b"{}")
         except ValueError as error:
-            raise mlmd_read.InspectError(
+            raise InspectError(
                 f"the KFP API at {self.host} answered GET {path} with something other than JSON"
             ) from error
 
@@ -152,7 +153,7 @@ class KfpApi:
             found = True
             yield self.model({k: v for k, v in raw.items() if k != "tasks"}, "V2beta1Run"), raw
         if not found and self.get("/apis/v2beta1/healthz") is None:
-            raise mlmd_read.InspectError(
+            raise InspectError(
                 f"{self.host} does not serve the KFP v2beta1 API (no /apis/v2beta1/healthz)"
             )
 
@@ -168,7 +169,7 @@ class KfpApi:
     def artifact(self, artifact_id: str) -> dict:
         found = self.get(f"{ARTIFACTS_PATH}/{artifact_id}")
         if found is None:
-            raise mlmd_read.InspectError(f"the KFP API has no artifact {artifact_id}")
+            raise InspectError(f"the KFP API has no artifact {artifact_id}")
         return found
 
     @functools.cache  # noqa: B019
@@ -226,10 +227,10 @@ class _Writer:
         config = metadata_store_pb2.ConnectionConfig()
         config.fake_database.SetInParent()  # in memory: gone with the command
         self.store = metadata_store.MetadataStore(config)
-        self.pipeline_type = self._context_type(mlmd_read.KFP_PIPELINE_CONTEXT)
-        self.run_type = self._context_type(mlmd_read.KFP_RUN_CONTEXT)
+        self.pipeline_type = self._context_type(records.KFP_PIPELINE_CONTEXT)
+        self.run_type = self._context_type(records.KFP_RUN_CONTEXT)
         self.dag_type = self.store.put_execution_type(
-            metadata_store_pb2.ExecutionType(name=mlmd_read.KFP_DAG_EXECUTION)
+            metadata_store_pb2.ExecutionType(name=records.KFP_DAG_EXECUTION)
         )
         self.container_type = self.store.put_execution_type(
             metadata_store_pb2.ExecutionType(name="system.ContainerExecution")
@@ -266,7 +267,7 @@ class _Writer:
         if type_name is None:
             generic = str(value.get("type") or "Artifact")
             tfx_type = tfx_output_types().get(key) if generic == "Artifact" else None
-            type_name = mlmd_read.KFP_TFX_TYPE_PREFIX + tfx_type if tfx_type else generic
+            type_name = records.KFP_TFX_TYPE_PREFIX + tfx_type if tfx_type else generic
         if type_name not in self.artifact_types:
             self.artifact_types[type_name] = self.store.put_artifact_type(
                 metadata_store_pb2.ArtifactType(name=type_name)
@@ -348,8 +349,8 @@ class _Writer:
             start = _ms(task.start_time) or _ms(task.create_time)
             end = _ms(task.end_time) or start
             if start is not None:
-                properties[mlmd_read.START_MS_PROPERTY] = start
-                properties[mlmd_read.END_MS_PROPERTY] = end
+                properties[records.START_MS_PROPERTY] = start
+                properties[records.END_MS_PROPERTY] = end
             for key, value in properties.items():
                 execution.custom_properties[key].CopyFrom(_value(value))
             [execution_id] = self.store.put_executions([execution])

@@ -140,7 +140,7 @@ def test_previous_fingerprints_are_this_pipelines_newest_finished_ones(tmp_path)
     from ml_metadata import metadata_store
     from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import records
 
     connection = mlmd.ConnectionConfig()
     connection.sqlite.filename_uri = str(tmp_path / "metadata.sqlite")
@@ -168,7 +168,7 @@ def test_previous_fingerprints_are_this_pipelines_newest_finished_ones(tmp_path)
         [execution_id] = store.put_executions([execution])
         association = mlmd.Association(context_id=contexts[pipeline], execution_id=execution_id)
         store.put_attributions_and_associations([], [association])
-    db = mlmd_read.Store(store, schema=mlmd_read.TFX_SCHEMA)
+    db = records.Store(store, schema=records.TFX_SCHEMA)
     key = fingerprints.FINGERPRINT_KEY
-    assert mlmd_read.latest_property(db, key, "mine") == {"Trainer": "new"}
-    assert mlmd_read.latest_property(db, key, "other") == {"Trainer": "theirs"}
+    assert records.latest_property(db, key, "mine") == {"Trainer": "new"}
+    assert records.latest_property(db, key, "other") == {"Trainer": "theirs"}

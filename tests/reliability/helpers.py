@@ -11,7 +11,7 @@ import time
 
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_LOCAL = os.path.join(PROJECT_ROOT, "pipeline", "run_local.py")
@@ -71,10 +71,8 @@ def wait_for_running_execution(metadata_path: str, node_id: str, timeout: float 
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with sqlite3.connect(f"file:{metadata_path}?mode=ro", uri=True) as connection:
-                rows = connection.execute(
-                    query, (f"%.{node_id}", mlmd.Execution.RUNNING)
-                ).fetchall()
+            with sqlite3.connect(f"file:{metadata_path}?mode=ro", uri=True) as sqlite_db:
+                rows = sqlite_db.execute(query, (f"%.{node_id}", mlmd.Execution.RUNNING)).fetchall()
             if rows:
                 return max(row[0] for row in rows)
         except sqlite3.OperationalError:  # locked by the run's writer for a moment
@@ -94,11 +92,11 @@ def store_is_consistent(metadata_path: str) -> list[str]:
     """Problems found in the store: SQLite integrity, executions left active, inputs that were
     not LIVE outputs of a successful execution, abandoned outputs still on disk."""
     problems = []
-    with sqlite3.connect(metadata_path) as connection:
-        [(integrity,)] = connection.execute("PRAGMA integrity_check").fetchall()
+    with sqlite3.connect(metadata_path) as sqlite_db:
+        [(integrity,)] = sqlite_db.execute("PRAGMA integrity_check").fetchall()
     if integrity != "ok":
         problems.append(f"integrity_check: {integrity}")
-    store = mlmd_read.open_store(metadata_path)
+    store = connection.open_store(metadata_path)
     executions = {e.id: e for e in store.get_executions()}
     artifacts = {a.id: a for a in store.get_artifacts()}
     events = store.get_events_by_execution_ids(list(executions))
@@ -126,5 +124,5 @@ def store_is_consistent(metadata_path: str) -> list[str]:
 
 
 def node_states(metadata_path: str) -> list[dict[str, str]]:
-    store = mlmd_read.open_store(metadata_path)
-    return list(mlmd_read.Store(store).node_states_by_run().values())
+    store = connection.open_store(metadata_path)
+    return list(records.Store(store).node_states_by_run().values())

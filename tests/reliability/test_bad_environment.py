@@ -107,7 +107,7 @@ def test_disk_full_during_transform_fails_transform_alone_and_keeps_what_came_be
     listing intact. With space again, the same command reuses what finished and reruns
     Transform (nothing of the failed one is taken as done)."""
     from pipeline.datasets import synthetic as synth_data
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import connection, records
 
     out = str(tmp_path / "out")
     data_dir = str(tmp_path / "synth")
@@ -141,7 +141,7 @@ def test_disk_full_during_transform_fails_transform_alone_and_keeps_what_came_be
         "ExampleValidator": "COMPLETE",
         "Transform": "FAILED",
     }, states
-    db = mlmd_read.Store(mlmd_read.open_store(metadata))
+    db = records.Store(connection.open_store(metadata))
     executions = {db.node_of(e): e for e in db.store.get_executions()}
     # Nothing of Transform's is recorded, and its partial files are gone.
     assert db.outputs_by_type(executions["Transform"].id) == {}
@@ -153,9 +153,9 @@ def test_disk_full_during_transform_fails_transform_alone_and_keeps_what_came_be
             assert os.path.getsize(os.path.join(folder, name)) < TRANSFORM_DISK_LIMIT, name
     # What came before is whole: the counts recorded, the rejected rows listed.
     [examples] = db.outputs_by_type(executions["CsvExampleGen"].id)["Examples"]
-    assert mlmd_read.custom_value(examples, "num_rows_read") == TRANSFORM_DISK_ROWS
-    assert mlmd_read.custom_value(examples, "num_rows_rejected") == len(injected)
-    listing = scale_bad_input.read_listing(mlmd_read.custom_value(examples, "rejected_rows_uri"))
+    assert records.custom_value(examples, "num_rows_read") == TRANSFORM_DISK_ROWS
+    assert records.custom_value(examples, "num_rows_rejected") == len(injected)
+    listing = scale_bad_input.read_listing(records.custom_value(examples, "rejected_rows_uri"))
     assert {(row["file"], row["line"]): row["reason"] for row in listing} == {
         (item.file, item.line): item.reason for item in injected
     }

@@ -10,7 +10,7 @@ import pytest
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
 from pipeline import datasets, run_local
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection
 from tests.reliability.helpers import Run, node_states, store_is_consistent
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -54,7 +54,7 @@ def test_two_runs_at_once_share_a_store_safely(tmp_path, penguins_csv):
 
     # Lineage: in each run, the Trainer's input comes from that run's own Transform, which read
     # that run's own ExampleGen output.
-    store = mlmd_read.open_store(metadata)
+    store = connection.open_store(metadata)
     examples_by_run = []
     for context in store.get_contexts_by_type("pipeline_run"):
         executions = {e.id for e in store.get_executions_by_context(context.id)}

@@ -12,7 +12,7 @@ import pytest
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
 from pipeline.local import guard as run_guard
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection
 from tests.reliability.helpers import (
     Run,
     kill,
@@ -35,7 +35,7 @@ def test_killed_and_interrupted_runs_resume_without_reading_partial_output(tmp_p
     wait_for_running_execution(metadata, "Transform")
     time.sleep(3)  # inside tf.Transform's analysis
     kill(first)
-    store = mlmd_read.open_store(metadata)
+    store = connection.open_store(metadata)
     [transform] = [
         e for e in store.get_executions() if e.last_known_state == mlmd.Execution.RUNNING
     ]
@@ -87,7 +87,7 @@ def test_killed_and_interrupted_runs_resume_without_reading_partial_output(tmp_p
     assert runs[0]["Transform"] == "FAILED" and runs[1]["Transform"] == "COMPLETE"
     assert runs[1]["Trainer"] == "FAILED" and runs[2]["Trainer"] == "COMPLETE"
     assert runs[2]["Evaluator"] == "FAILED" and runs[3]["Evaluator"] == "COMPLETE"
-    store = mlmd_read.open_store(metadata)
+    store = connection.open_store(metadata)
     abandoned = [
         e for e in store.get_executions() if run_guard.ABANDONED_PROPERTY in e.custom_properties
     ]

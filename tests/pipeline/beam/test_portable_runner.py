@@ -133,10 +133,10 @@ def test_penguins_end_to_end_with_sdk_workers_in_the_worker_pool(pool):
     assert "blessed:       yes" in stdout
     assert re.search(r"pushed model:  .*serving_model/\d+", stdout), stdout
 
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import connection, records
 
-    db = mlmd_read.Store(
-        mlmd_read.open_store(str(output_root / "penguins-pipeline" / "metadata.sqlite"))
+    db = records.Store(
+        connection.open_store(str(output_root / "penguins-pipeline" / "metadata.sqlite"))
     )
     executions = {db.node_of(e): e for e in db.store.get_executions()}
     assert sorted(executions) == sorted(CSV_COMPONENTS)

@@ -25,7 +25,7 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 # An edge leaves and enters its own boxes; a sample point closer than this to another box's
-# border still counts as outside it (anti-aliasing, rounding of dot's coordinates).
+# border still counts as outside it (anti-aliasing, rounding of the layout's coordinates).
 TOLERANCE_PX = 0.5
 
 MEASURE_SCRIPT = """

@@ -126,12 +126,12 @@ def _one_packet_server(payload: bytes) -> tuple[socket.socket, threading.Thread]
     ],
 )
 def test_mysql_server_message(payload, reason):
-    from pipeline.mlmd import read as mlmd_read
+    from pipeline.mlmd import connection
 
     server, thread = _one_packet_server(payload)
     port = server.getsockname()[1]
     try:
-        assert mlmd_read.mysql_server_message("127.0.0.1", port) == reason.format(port=port)
+        assert connection.mysql_server_message("127.0.0.1", port) == reason.format(port=port)
     finally:
         server.close()
         thread.join(timeout=30)

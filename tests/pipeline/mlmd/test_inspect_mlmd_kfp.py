@@ -24,7 +24,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2, metadata_store_service_pb2
 
 from pipeline.mlmd import cli as inspect_mlmd
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, records
 
 PIPELINE = "penguin-kfp"
 RUN_1 = "0b6e5a52-6c1e-4d07-9a53-1d0c5f3a1e01"
@@ -76,9 +76,9 @@ class KfpRecorder:
 
     def start_run(self, pipeline_name: str, run_id: str, parameters: dict) -> dict:
         """Root DAG driver: pipeline and run contexts, the run's DAG execution."""
-        pipeline = self._context(mlmd_read.KFP_PIPELINE_CONTEXT, pipeline_name, {})
+        pipeline = self._context(records.KFP_PIPELINE_CONTEXT, pipeline_name, {})
         run = self._context(
-            mlmd_read.KFP_RUN_CONTEXT,
+            records.KFP_RUN_CONTEXT,
             run_id,
             {
                 "namespace": "kubeflow-user",
@@ -91,7 +91,7 @@ class KfpRecorder:
             [metadata_store_pb2.ParentContext(child_id=run.id, parent_id=pipeline.id)]
         )
         dag_type = self.store.put_execution_type(
-            metadata_store_pb2.ExecutionType(name=mlmd_read.KFP_DAG_EXECUTION)
+            metadata_store_pb2.ExecutionType(name=records.KFP_DAG_EXECUTION)
         )
         dag = metadata_store_pb2.Execution(
             type_id=dag_type,
@@ -230,10 +230,10 @@ def inspect_json(capsys, store_path, *args):
 
 
 def test_detects_the_kubeflow_schema(kfp_store):
-    db = mlmd_read.Store(mlmd_read.open_store(kfp_store["path"]))
-    assert db.schema == mlmd_read.KFP_SCHEMA
+    db = records.Store(connection.open_store(kfp_store["path"]))
+    assert db.schema == records.KFP_SCHEMA
     assert [r.name for r in db.runs()] == [RUN_1, RUN_2, OTHER_RUN]
-    only_ours = mlmd_read.Store(db.store, pipeline=PIPELINE)
+    only_ours = records.Store(db.store, pipeline=PIPELINE)
     assert only_ours.node_states_by_run() == {
         RUN_1: {"CsvExampleGen": "COMPLETE", "StatisticsGen": "COMPLETE"},
         RUN_2: {"CsvExampleGen": "COMPLETE", "StatisticsGen": "FAILED"},
@@ -241,9 +241,9 @@ def test_detects_the_kubeflow_schema(kfp_store):
     example_gen = kfp_store["first"]["executions"][0]
     by_type = only_ours.outputs_by_type(example_gen)
     assert list(by_type) == ["Examples"]
-    assert mlmd_read.custom_value(by_type["Examples"][0], "display_name") == "examples"
+    assert records.custom_value(by_type["Examples"][0], "display_name") == "examples"
     # Forcing TFX's own layout on a Kubeflow store finds none of its runs.
-    assert mlmd_read.Store(db.store, schema=mlmd_read.TFX_SCHEMA).runs() == []
+    assert records.Store(db.store, schema=records.TFX_SCHEMA).runs() == []
 
 
 def test_runs(capsys, kfp_store):
@@ -439,8 +439,8 @@ def test_same_output_through_grpc(capsys, kfp_store):
                 capsys, "--metadata", kfp_store["path"], "--pipeline", PIPELINE, *command
             )
             assert through_grpc == from_file
-        store = mlmd_read.open_store(mlmd_read.grpc_config("127.0.0.1", port))
-        assert mlmd_read.Store(store).schema == mlmd_read.KFP_SCHEMA
+        store = connection.open_store(connection.grpc_config("127.0.0.1", port))
+        assert records.Store(store).schema == records.KFP_SCHEMA
     finally:
         server.stop(grace=None)
 

@@ -26,9 +26,9 @@ import urllib.parse
 
 import pytest
 
+from pipeline.mlmd import artifacts, lineage, records
 from pipeline.mlmd import cli as inspect_mlmd
 from pipeline.mlmd import kfp_api as kfp_api_read
-from pipeline.mlmd import read as mlmd_read
 
 PIPELINE = "penguin-kfp"
 PIPELINE_ID = "5b1c4cf0-8f5e-4d2b-9a1e-2a3f4b5c6d70"
@@ -367,11 +367,11 @@ def test_artifacts_types_and_the_artifact_service(kfp_api):
 
 def test_lineage_diff_and_report(kfp_api, tmp_path):
     store = kfp_api_read.load(kfp_api)
-    db = mlmd_read.Store(store, schema=mlmd_read.KFP_SCHEMA, pipeline=PIPELINE)
-    [statistics] = [a for a in mlmd_read.describe_artifacts(db, db.run("1"), "ExampleStatistics")]
+    db = records.Store(store, schema=records.KFP_SCHEMA, pipeline=PIPELINE)
+    [statistics] = [a for a in artifacts.describe_artifacts(db, db.run("1"), "ExampleStatistics")]
     graph = json.loads(inspect(kfp_api, "--json", "lineage", str(statistics["artifact"])))
     upstream = graph["upstream"]
-    assert [e["component"] for e in mlmd_read.topological_executions(upstream)] == [
+    assert [e["component"] for e in lineage.topological_executions(upstream)] == [
         "CsvExampleGen",
         "StatisticsGen",
     ]

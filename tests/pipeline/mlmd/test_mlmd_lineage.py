@@ -8,7 +8,7 @@ import io
 import json
 
 from pipeline.mlmd import cli as inspect_mlmd
-from pipeline.mlmd import read as mlmd_read
+from pipeline.mlmd import connection, lineage, records, runs
 from tests import mlmd_synth
 
 
@@ -20,8 +20,8 @@ def inspect(path: str, *args: str) -> str:
 
 
 def test_upstream_of_a_pushed_model_reaches_the_data_and_the_baseline(penguin_store):
-    runs = penguin_store["runs"]
-    pushed = runs["run-3"]["Pusher"]["outputs"]["pushed_model"]
+    recorded = penguin_store["runs"]
+    pushed = recorded["run-3"]["Pusher"]["outputs"]["pushed_model"]
     graph = json.loads(inspect(penguin_store["path"], "--json", "lineage", str(pushed)))
     upstream = graph["upstream"]
     executions = [e["execution"] for e in upstream["executions"]]
@@ -33,17 +33,17 @@ def test_upstream_of_a_pushed_model_reaches_the_data_and_the_baseline(penguin_st
     assert ("ImportSchemaGen", "run-1") in components  # run 3's schema came from run 1's cache
     [example_gen] = [e for e in upstream["executions"] if e["run"] == "run-3" and "source" in e]
     assert example_gen["source"] == "/data/penguins-v2"
-    baseline = runs["run-1"]["Trainer"]["outputs"]["model"]
-    evaluator = runs["run-3"]["Evaluator"]["execution"]
+    baseline = recorded["run-1"]["Trainer"]["outputs"]["model"]
+    evaluator = recorded["run-3"]["Evaluator"]["execution"]
     assert {"artifact": baseline, "execution": evaluator, "direction": "input"} in upstream["edges"]
     # The producer of a reused artifact is the execution that made it, not the cached reruns.
-    schema = runs["run-1"]["ImportSchemaGen"]["outputs"]["schema"]
+    schema = recorded["run-1"]["ImportSchemaGen"]["outputs"]["schema"]
     writers = {
         e["execution"]
         for e in upstream["edges"]
         if e["artifact"] == schema and e["direction"] == "output"
     }
-    assert writers == {runs["run-1"]["ImportSchemaGen"]["execution"]}
+    assert writers == {recorded["run-1"]["ImportSchemaGen"]["execution"]}
 
 
 def test_text_lists_each_execution_once_in_dependency_order(penguin_store):
@@ -64,15 +64,15 @@ def test_lineage_grows_with_the_graph_not_with_the_paths(penguin_store, tmp_path
     executions once, and nothing else."""
     examples = penguin_store["runs"]["run-1"]["CsvExampleGen"]["outputs"]["examples"]
     sizes = {}
-    for runs in (6, 12, 24):
-        grown = str(tmp_path / f"grown-{runs}.sqlite")
-        assert mlmd_synth.grow(penguin_store["path"], grown, runs, templates=[2]) == runs - 3
-        db = mlmd_read.Store(mlmd_read.open_store(grown))
-        assert len(db.runs()) == runs
-        graph = mlmd_read.lineage(db, examples)["downstream"]
+    for count in (6, 12, 24):
+        grown = str(tmp_path / f"grown-{count}.sqlite")
+        assert mlmd_synth.grow(penguin_store["path"], grown, count, templates=[2]) == count - 3
+        db = records.Store(connection.open_store(grown))
+        assert len(db.runs()) == count
+        graph = lineage.lineage(db, examples)["downstream"]
         executions = [e["execution"] for e in graph["executions"]]
         assert len(executions) == len(set(executions))
-        sizes[runs] = (len(executions), len(graph["artifacts"]), len(json.dumps(graph)))
+        sizes[count] = (len(executions), len(graph["artifacts"]), len(json.dumps(graph)))
     # Per cached rerun: the 6 executions that read the examples or what was made from them
     # (StatisticsGen, ExampleValidator, Transform, Trainer, Evaluator, Pusher).
     assert sizes[12][0] - sizes[6][0] == 6 * 6 and sizes[24][0] - sizes[12][0] == 12 * 6
@@ -83,16 +83,14 @@ def test_lineage_grows_with_the_graph_not_with_the_paths(penguin_store, tmp_path
 def test_grown_store_copies_states_and_reuse(penguin_store, tmp_path):
     grown = str(tmp_path / "grown.sqlite")
     mlmd_synth.grow(penguin_store["path"], grown, 7)
-    db = mlmd_read.Store(mlmd_read.open_store(grown))
+    db = records.Store(connection.open_store(grown))
     states = list(db.node_states_by_run().values())
     assert states[3] == states[0] and states[4] == states[1] and states[6] == states[0]
     fourth, fifth = db.runs()[3], db.runs()[4]
-    first_outputs = {
-        r["component"]: r["outputs"] for r in mlmd_read.describe_executions(db, fourth)
-    }
-    cached = {r["component"]: r["outputs"] for r in mlmd_read.describe_executions(db, fifth)}
+    first_outputs = {r["component"]: r["outputs"] for r in runs.describe_executions(db, fourth)}
+    cached = {r["component"]: r["outputs"] for r in runs.describe_executions(db, fifth)}
     # The cached copy reuses what the copy before it made (new ids, not run 1's).
     assert cached["Trainer"] == first_outputs["Trainer"]
     assert first_outputs["Trainer"] != penguin_store["runs"]["run-1"]["Trainer"]["outputs"]
-    sources = mlmd_read.cache_sources(db, mlmd_read.describe_executions(db, fifth))
+    sources = runs.cache_sources(db, runs.describe_executions(db, fifth))
     assert {s["row"] for s in sources.values()} == {4}

@@ -3,34 +3,34 @@ Chromium renders it (no overlapping boxes, no edge through a box)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
-from pipeline.mlmd import cli as inspect_mlmd
-from pipeline.mlmd import lineage_layout
-from pipeline.mlmd import read as mlmd_read
-from pipeline.mlmd import report as mlmd_report
-from tests.pipeline.mlmd import report_geometry
+from pipeline import PROJECT_ROOT
+from pipeline.mlmd import cli, connection, records, report, runs
+from tests.pipeline.mlmd import report_geometry, tfx_store
 
 
 def write_report(penguin_store, tmp_path, *args) -> str:
     out = tmp_path / "report.html"
-    code = inspect_mlmd.main(
-        ["--metadata", penguin_store["path"], "report", *args, "--out", str(out)]
-    )
+    code = cli.main(["--metadata", penguin_store["path"], "report", *args, "--out", str(out)])
     assert code == 0
     return out.read_text()
 
 
 def test_lineage_drawing_has_artifact_nodes_and_the_resolver_connected(penguin_store):
-    db = mlmd_read.Store(mlmd_read.open_store(penguin_store["path"]))
+    db = records.Store(connection.open_store(penguin_store["path"]))
     run = db.run("3")
-    graph = mlmd_report.lineage_graph(db, run, mlmd_read.describe_executions(db, run))
-    runs = penguin_store["runs"]
-    baseline = runs["run-1"]["Trainer"]["outputs"]["model"]
-    resolver = runs["run-3"]["baseline_model_resolver"]["execution"]
-    evaluator = runs["run-3"]["Evaluator"]["execution"]
+    graph = report.lineage_graph(db, run, runs.describe_executions(db, run))
+    recorded = penguin_store["runs"]
+    baseline = recorded["run-1"]["Trainer"]["outputs"]["model"]
+    resolver = recorded["run-3"]["baseline_model_resolver"]["execution"]
+    evaluator = recorded["run-3"]["Evaluator"]["execution"]
     kinds = [node["kind"] for node in graph["nodes"].values()]
     assert (
         kinds.count("execution") == 9 and kinds.count("artifact") == 12
@@ -41,31 +41,62 @@ def test_lineage_drawing_has_artifact_nodes_and_the_resolver_connected(penguin_s
 
     # Run 1 resolved nothing: the resolver feeds the Evaluator, as it did in run 3.
     first = db.run("1")
-    graph = mlmd_report.lineage_graph(db, first, mlmd_read.describe_executions(db, first))
-    resolver_1 = f"e{runs['run-1']['baseline_model_resolver']['execution']}"
-    assert (resolver_1, f"e{runs['run-1']['Evaluator']['execution']}", True) in graph["edges"]
+    graph = report.lineage_graph(db, first, runs.describe_executions(db, first))
+    resolver_1 = f"e{recorded['run-1']['baseline_model_resolver']['execution']}"
+    assert (resolver_1, f"e{recorded['run-1']['Evaluator']['execution']}", True) in graph["edges"]
     assert "resolved nothing" in graph["nodes"][resolver_1]["lines"]
 
 
-def test_dot_layout_is_parsed_into_pixels():
-    placed = lineage_layout.layout({"a": (100, 30), "b": (80, 30)}, [("a", "b")])
-    a, b = placed.boxes["a"], placed.boxes["b"]
-    assert [round(v) for v in (a.width, a.height, b.width)] == [100, 30, 80]
-    assert b.x >= a.x + a.width  # ranked left to right
-    [edge] = placed.edges
-    assert (edge.tail, edge.head) == ("a", "b") and len(edge.points) % 3 == 1
-    assert a.x + a.width - 1 <= edge.points[0][0] <= b.x + 1
+def test_a_full_report_needs_no_graphviz(penguin_store, tmp_path):
+    """`report` as a user runs it, with a PATH on which there is no program at all (Graphviz's
+    dot included): the page comes out with the whole lineage drawing."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    assert shutil.which("dot", path=str(empty)) is None
+    out = tmp_path / "report.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.mlmd", "--metadata", penguin_store["path"]]
+        + ["report", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        env=dict(os.environ, PATH=str(empty)),
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    page = out.read_text()
+    drawing = re.search(r'<svg [^>]*aria-label="lineage graph".*?</svg>', page, re.S).group(0)
+    # Run 3: 9 executions, 12 artifacts; every edge names two of them.
+    assert drawing.count('class="node"') == 9 and drawing.count('class="artifact"') == 12
+    ids = set(re.findall(r'data-id="([ae]\d+)"', drawing))
+    ends = re.findall(r'data-tail="(\w+)" data-head="(\w+)"', drawing)
+    assert len(ends) > 20 and {name for pair in ends for name in pair} <= ids
 
 
-def test_missing_dot_is_one_error_line(penguin_store, tmp_path, capsys):
-    from unittest import mock
+def test_what_the_records_say_is_escaped(tmp_path):
+    """Text from the store and its files (an anomaly's feature and description) is shown as
+    text, never as markup: the templates escape every value."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-    with mock.patch("shutil.which", return_value=None):
-        code = inspect_mlmd.main(
-            ["--metadata", penguin_store["path"], "report", "--out", str(tmp_path / "r.html")]
-        )
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "apt-get install graphviz" in err
+    path = str(tmp_path / "metadata.sqlite")
+    recorded = tfx_store.record_runs(path, str(tmp_path / "pipeline_root"))
+    db = records.Store(connection.open_store(path))
+    anomalies_id = recorded["run-1"]["ExampleValidator"]["outputs"]["anomalies"]
+    uri = db.artifact(anomalies_id).uri
+    os.makedirs(os.path.join(uri, "Split-train"))
+    found = anomalies_pb2.Anomalies()
+    info = found.anomaly_info["<img src=x>"]
+    info.description = "<script>alert(1)</script> & more"
+    info.reason.add().type = anomalies_pb2.AnomalyInfo.ENUM_TYPE_UNEXPECTED_STRING_VALUES
+    with open(os.path.join(uri, "Split-train", "SchemaDiff.pb"), "wb") as handle:
+        handle.write(found.SerializeToString())
+    page = write_report({"path": path}, tmp_path, "1")
+    assert "<script" not in page and "<img" not in page
+    assert (
+        "<li>train: &lt;img src=x&gt;: ENUM_TYPE_UNEXPECTED_STRING_VALUES: "
+        "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more</li>"
+    ) in page
 
 
 def test_sections(penguin_store, tmp_path):
@@ -99,13 +130,13 @@ def test_cached_executions_link_to_the_run_that_produced_their_outputs(penguin_s
 @pytest.mark.parametrize("run", ["1", "2", "3"])
 def test_drawing_in_headless_chromium(penguin_store, tmp_path, run):
     page = write_report(penguin_store, tmp_path, run)
-    report = tmp_path / "report.html"
-    geometry = report_geometry.measure(report, tmp_path)
+    written = tmp_path / "report.html"
+    geometry = report_geometry.measure(written, tmp_path)
     assert geometry["boxes"] == page.count('class="node"') + page.count('class="artifact"')
     assert geometry["edges"] == page.count('class="edge"') > 20
     assert geometry["overlaps"] == []
     assert geometry["crossings"] == []
-    size, stderr = report_geometry.screenshot(report, tmp_path)
+    size, stderr = report_geometry.screenshot(written, tmp_path)
     assert size > 20_000 and "CONSOLE" not in stderr
 
 
