@@ -75,7 +75,7 @@ MEASURE_SCRIPT = """
 
 def chromium() -> str:
     found = shutil.which("chromium")
-    assert found, "Debian's chromium package is required (.ci/run installs it)"
+    assert found, "mark the test @pytest.mark.system_packages('chromium') (tests/system_packages.py)"
     return found
 
 

@@ -127,6 +127,7 @@ def test_cached_executions_link_to_the_run_that_produced_their_outputs(penguin_s
     assert page.count("outputs reused from") == 8  # every cached component; not the resolver
 
 
+@pytest.mark.system_packages("chromium")
 @pytest.mark.parametrize("run", ["1", "2", "3"])
 def test_drawing_in_headless_chromium(penguin_store, tmp_path, run):
     page = write_report(penguin_store, tmp_path, run)
@@ -140,6 +141,7 @@ def test_drawing_in_headless_chromium(penguin_store, tmp_path, run):
     assert size > 20_000 and "CONSOLE" not in stderr
 
 
+@pytest.mark.system_packages("chromium")
 def test_the_geometry_check_sees_an_edge_through_a_box_and_overlapping_boxes(tmp_path):
     """The old drawing's fault: a straight edge from the first box to the third, through the
     second; and two boxes drawn over each other."""
