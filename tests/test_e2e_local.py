@@ -16,6 +16,7 @@ from pipeline.mlmd import cli as inspect_mlmd
 from pipeline.mlmd import connection, records
 from tests import system_packages
 from tests.docs import pages
+from tests.pipeline.mlmd import report_geometry
 from tests.pipeline_components import CSV_COMPONENTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -226,18 +227,7 @@ def test_inspect_artifacts_lineage_and_diff(penguin_runs):
     assert not [c for c in changes if c["change"].startswith("metric ")]
 
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--enable-logging=stderr",
-    "--v=0",
-]
+CHROMIUM_FLAGS = [*report_geometry.CHROMIUM_FLAGS, "--enable-logging=stderr", "--v=0"]
 
 
 @pytest.mark.system_packages("chromium")
@@ -293,8 +283,6 @@ def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
 
     # The lineage drawing as Chromium lays it out: artifact nodes between the executions, no
     # two boxes overlapping, no edge through a box it does not join.
-    from tests.pipeline.mlmd import report_geometry
-
     geometry = report_geometry.measure(report, tmp_path)
     assert geometry["boxes"] == len(COMPONENTS) + rendered.count('class="artifact"') > 15
     assert geometry["overlaps"] == [] and geometry["crossings"] == []

@@ -75,7 +75,7 @@ MEASURE_SCRIPT = """
 
 def chromium() -> str:
     found = shutil.which("chromium")
-    assert found, "mark the test @pytest.mark.system_packages('chromium') (tests/system_packages.py)"
+    assert found, "tests that draw need @pytest.mark.system_packages('chromium')"
     return found
 
 
