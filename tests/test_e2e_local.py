@@ -239,26 +239,11 @@ def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
     page = report.read_text()
     assert "<script" not in page and "http://" not in page and "https://" not in page
 
-    profile = ["--user-data-dir=" + str(tmp_path / "profile")]
-    shot = tmp_path / "report.png"
-    screenshot = subprocess.run(
-        [
-            chromium,
-            *CHROMIUM_FLAGS,
-            *profile,
-            "--window-size=1300,1800",
-            f"--screenshot={shot}",
-            report.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert screenshot.returncode == 0, screenshot.stderr[-2000:]
-    assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
-    assert "CONSOLE" not in screenshot.stderr  # no console errors or messages at all
+    size, stderr = report_geometry.screenshot(report, tmp_path)
+    assert size > 20_000  # a rendered page, not a blank one
+    assert "CONSOLE" not in stderr  # no console errors or messages at all
 
+    profile = ["--user-data-dir=" + str(tmp_path / "profile")]
     dom = subprocess.run(
         [chromium, *CHROMIUM_FLAGS, *profile, "--dump-dom", report.as_uri()],
         capture_output=True,
