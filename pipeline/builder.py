@@ -36,18 +36,21 @@ from components.tfx_components.baseline_model.component import BaselineModel
 from components.tfx_components.evaluator.component import BaselineEvaluator
 from components.tfx_components.example_gen.component import ShardedCsvExampleGen
 from components.tfx_components.image_example_gen.component import ImageExampleGen
+from components.tfx_components.trainer import executor as trainer_executor
 from components.tfx_components.transform import executor as transform_executor
 from components.tfx_components.transform.component import ShardedTransform
 from components.tfx_components.validation.executor import StrictExampleValidator
+from components.training.settings import USER_CONFIG_KEY
+from components.user_code import USER_MODULE_KEY
 from pipeline import fingerprints
-from pipeline.config import DatasetConfig, PipelineConfig
+from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 PREPROCESSING_FN = "components.ml.preprocessing.preprocessing_fn"
 IMAGE_PREPROCESSING_FN = "components.ml.image_preprocessing.preprocessing_fn"
 # Rows per tf.Transform batch for images: encoded bytes (tens of KB each), not decoded pixels, so
 # larger batches than the 128 decoded images did fit; still far below the default 10,000 rows.
 IMAGE_TRANSFORM_BATCH_SIZE = 1024
-RUN_FN = "components.training.trainer.run_fn"
+RUN_FN = trainer_executor.PROJECT_RUN_FN
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
 
 
@@ -103,7 +106,65 @@ def regression_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     )
 
 
+def user_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """The default for a user's run_fn, whose model follows TFX's examples: a serving_default
+    signature over serialized tf.Examples and a transform_features signature that gives the
+    transformed label. Classification: accuracy (argmax of probabilities or logits) at least
+    --accuracy_threshold; regression: MSE and MAE, no worse than the previous blessed model's
+    (an absolute bar needs your own --eval_config). Both: no regression against the baseline."""
+    user = config.user_code
+    label = user.transformed_label or features.transformed_name(config.dataset.label_key)
+    regression = config.dataset.task == "regression"
+    no_regression = tfma.GenericChangeThreshold(
+        direction=tfma.MetricDirection.LOWER_IS_BETTER
+        if regression
+        else tfma.MetricDirection.HIGHER_IS_BETTER,
+        absolute={"value": 1e-10 if regression else -1e-10},
+    )
+    if regression:
+        metrics = [
+            tfma.MetricConfig(class_name="ExampleCount"),
+            tfma.MetricConfig(
+                class_name="MeanSquaredError",
+                threshold=tfma.MetricThreshold(change_threshold=no_regression),
+            ),
+            tfma.MetricConfig(class_name="MeanAbsoluteError"),
+        ]
+    else:
+        metrics = [
+            tfma.MetricConfig(class_name="ExampleCount"),
+            tfma.MetricConfig(
+                class_name="SparseCategoricalAccuracy",
+                threshold=tfma.MetricThreshold(
+                    value_threshold=tfma.GenericValueThreshold(
+                        lower_bound={"value": config.accuracy_threshold}
+                    ),
+                    change_threshold=no_regression,
+                ),
+            ),
+        ]
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name=features.SERVING_SIGNATURE,
+                label_key=label,
+                preprocessing_function_names=[features.TRANSFORM_SIGNATURE],
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec()],
+        metrics_specs=[tfma.MetricsSpec(metrics=metrics)],
+    )
+
+
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """--eval_config's, else the default for a user's run_fn, else the project's model's."""
+    user = config.user_code
+    if user.eval_config:
+        from google.protobuf import text_format
+
+        return text_format.Parse(user.eval_config, tfma.EvalConfig())
+    if user.run_fn:
+        return user_eval_config(config)
     if config.dataset.task == "regression":
         return regression_eval_config(config)
     accuracy = tfma.MetricConfig(
@@ -170,6 +231,9 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         eval_config=eval_config(config),
         example_splits=[EVAL_SPLIT],
     ).with_id("Evaluator")
+    user = config.user_code
+    if user.module and user.module_name in evaluator.exec_properties.get("eval_config", ""):
+        _runs_user_module(evaluator, config)
     pusher = _pusher(config, trainer, evaluator)
     nodes = [
         example_gen,
@@ -182,7 +246,11 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         evaluator,
         pusher,
     ]
-    fingerprints.attach(nodes, schema_digest=_schema_digest(dataset))
+    fingerprints.attach(
+        nodes,
+        schema_digest=_schema_digest(dataset),
+        user_files=config.user_code.fingerprint_files(),
+    )
     return pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
@@ -226,41 +294,74 @@ def _schema_gen(dataset: DatasetConfig, statistics_gen):
     return SchemaGen(statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)
 
 
+def _runs_user_module(component, config: PipelineConfig) -> None:
+    """The staged user module, which the component's executor imports before it runs."""
+    module = config.user_code.module
+    assert module is not None, "pipeline.user_code.stage() ran before the pipeline was built"
+    component.exec_properties[USER_MODULE_KEY] = module.to_json()
+
+
+def materializes_transform(config: PipelineConfig) -> bool:
+    """Images with the project's preprocessing: Transform analyzes (label vocabulary, resize
+    target) and writes the transform graph only; its examples would be ExampleGen's encoded bytes
+    again, copied through tf.Transform at a cost per image larger than ExampleGen's own, so the
+    Trainer reads ExampleGen's shards and applies the transform graph in its tf.data pipeline,
+    as TFMA and serving apply it. A user's preprocessing_fn is materialized, as TFX does."""
+    return not (config.dataset.is_images and not config.user_code.preprocessing_fn)
+
+
 def _transform(config: PipelineConfig, examples, schema):
-    """Images: Transform analyzes (label vocabulary, resize target) and writes the transform
-    graph only (materialize=False). Its examples would be ExampleGen's encoded bytes again,
-    copied through tf.Transform at a cost per image larger than ExampleGen's own; the Trainer
-    reads ExampleGen's shards and applies the transform graph in its tf.data pipeline, as TFMA
-    and serving apply it."""
-    dataset = config.dataset
-    return ShardedTransform(
+    dataset, user = config.dataset, config.user_code
+    project_config = {
+        features.LABEL_KEY_CONFIG: dataset.label_key,
+        features.TASK_CONFIG: dataset.task,
+        transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
+        **(image_transform_config(dataset.image_size) if dataset.is_images else {}),
+    }
+    clash = sorted(set(user.custom_config_dict()) & set(project_config))
+    if clash:
+        raise ConfigError(
+            f"--custom_config: key(s) {clash} are the project's own Transform settings (set "
+            "them by their flags); rename them"
+        )
+    default_fn = IMAGE_PREPROCESSING_FN if dataset.is_images else PREPROCESSING_FN
+    transform = ShardedTransform(
         examples=examples,
         schema=schema,
-        preprocessing_fn=IMAGE_PREPROCESSING_FN if dataset.is_images else PREPROCESSING_FN,
-        materialize=not dataset.is_images,
-        custom_config={
-            features.LABEL_KEY_CONFIG: dataset.label_key,
-            features.TASK_CONFIG: dataset.task,
-            transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
-            **(image_transform_config(dataset.image_size) if dataset.is_images else {}),
-        },
+        preprocessing_fn=user.preprocessing_fn or default_fn,
+        materialize=materializes_transform(config),
+        custom_config={**project_config, **user.custom_config_dict()},
     ).with_id("Transform")
+    if user.from_module(user.preprocessing_fn):
+        _runs_user_module(transform, config)
+    return transform
 
 
 def _trainer(config: PipelineConfig, examples, transform, schema):
-    """Images: the raw examples (encoded bytes) with the transform graph; the run_fn's input
-    pipeline applies the graph (components.ml.inputs.make_dataset). Tabular: Transform's
-    examples."""
-    dataset, training = config.dataset, config.training
-    return Trainer(
-        run_fn=RUN_FN,
-        examples=examples if dataset.is_images else transform.outputs["transformed_examples"],
+    """Transform's examples, or for images with the project's preprocessing the raw examples
+    (encoded bytes) with the transform graph, which the project's input pipeline applies
+    (components.ml.inputs.make_dataset). The executor (components.tfx_components.trainer) runs
+    the project's run_fn or the user's, in the Trainer's process or in every task of a cluster;
+    custom_config carries the training settings and, under USER_CONFIG_KEY, the user's."""
+    dataset, training, user = config.dataset, config.training, config.user_code
+    custom_config = training.to_custom_config(dataset.label_key)
+    if user.custom_config:
+        custom_config[USER_CONFIG_KEY] = user.custom_config_dict()
+    trainer = Trainer(
+        run_fn=user.run_fn or RUN_FN,
+        examples=transform.outputs["transformed_examples"]
+        if materializes_transform(config)
+        else examples,
         transform_graph=transform.outputs["transform_graph"],
         schema=schema,
         train_args=trainer_pb2.TrainArgs(splits=[TRAIN_SPLIT], num_steps=training.train_steps),
         eval_args=trainer_pb2.EvalArgs(splits=[EVAL_SPLIT], num_steps=training.eval_steps),
-        custom_config=training.to_custom_config(dataset.label_key),
+        custom_config=custom_config,
+        custom_executor_spec=trainer_executor.EXECUTOR_SPEC,
     )
+    if user.from_module(user.run_fn or training.model_fn):
+        _runs_user_module(trainer, config)
+    return trainer
 
 
 def _pusher(config: PipelineConfig, trainer, evaluator):

@@ -12,6 +12,7 @@ import os
 
 from components import ConfigError
 from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
+from pipeline.user_code import UserCode
 
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "portable", "flink", "spark", "dataflow")
@@ -322,6 +323,9 @@ class PipelineConfig:
     enable_cache: bool = True
     # None: SQLite at metadata_path.
     mysql: MySQLConfig | None = None
+    # The user's preprocessing_fn, run_fn, model hook, custom_config and EvalConfig (empty: the
+    # project's own), checked by pipeline.user_code before the config is built.
+    user_code: UserCode = UserCode()
 
     def metadata_connection_config(self):
         """ml-metadata ConnectionConfig of this pipeline's store."""

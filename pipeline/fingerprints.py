@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
+from components.user_code import USER_MODULE_KEY
 from pipeline import PROJECT_ROOT
 
 FINGERPRINT_KEY = "cache_fingerprint"
@@ -47,9 +48,13 @@ PROJECT_PACKAGES = ("components",)
 _SCHEMA_FILE_KEY = "schema_file"
 
 
-def module_file(module: str, root: str = PROJECT_ROOT) -> str | None:
-    """The project source file of a dotted module name, or None when it is not the project's."""
-    if module.split(".")[0] not in PROJECT_PACKAGES:
+def module_file(
+    module: str, root: str = PROJECT_ROOT, packages: tuple[str, ...] | None = PROJECT_PACKAGES
+) -> str | None:
+    """The source file under root of a dotted module name, or None when there is none there (or
+    its top-level package is not one of `packages`; None: any but the project's)."""
+    top = module.split(".")[0]
+    if (top not in packages) if packages is not None else (top in PROJECT_PACKAGES or not top):
         return None
     base = os.path.join(root, *module.split("."))
     for candidate in (base + ".py", os.path.join(base, "__init__.py")):
@@ -88,9 +93,14 @@ def _candidates(imports, module: str, is_package: bool) -> set[str]:
     return found
 
 
-def source_closure(modules: Iterable[str], root: str = PROJECT_ROOT) -> dict[str, str]:
-    """{project-relative path: digest} of the modules and every project module they import,
-    parent packages' __init__.py included (importing a module runs them)."""
+def source_closure(
+    modules: Iterable[str],
+    root: str = PROJECT_ROOT,
+    packages: tuple[str, ...] | None = PROJECT_PACKAGES,
+) -> dict[str, str]:
+    """{root-relative path: digest} of the modules and every module under root they import (of
+    `packages`; None: a user's folder, any module there but the project's), parent packages'
+    __init__.py included (importing a module runs them)."""
     digests: dict[str, str] = {}
     pending = list(modules)
     seen: set[str] = set()
@@ -99,7 +109,7 @@ def source_closure(modules: Iterable[str], root: str = PROJECT_ROOT) -> dict[str
         if module in seen:
             continue
         seen.add(module)
-        path = module_file(module, root)
+        path = module_file(module, root, packages)
         if path is None:
             continue
         parts = module.split(".")
@@ -160,25 +170,35 @@ def _metric_modules(value: Any) -> list[str]:
     ]
 
 
-def fingerprint(component, schema_digest: str | None = None) -> dict[str, Any]:
-    """What the component's result depends on besides its inputs and exec properties."""
+def fingerprint(
+    component, schema_digest: str | None = None, user_files: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What the component's result depends on besides its inputs and exec properties;
+    user_files: {label: digest} of a user's module, for a component that runs it."""
     result: dict[str, Any] = {"code": source_closure(code_roots(component))}
+    if user_files and USER_MODULE_KEY in component.exec_properties:
+        result["code"].update(user_files)
     if schema_digest is not None:
         result["schema"] = schema_digest
     result["stack"] = stack_versions()
     return result
 
 
-def attach(tfx_components: Iterable[Any], schema_digest: str | None) -> None:
+def attach(
+    tfx_components: Iterable[Any],
+    schema_digest: str | None,
+    user_files: dict[str, str] | None = None,
+) -> None:
     """Sets FINGERPRINT_KEY on every component (resolver nodes are never cached: skipped).
-    schema_digest: the curated schema's content digest, for the component that imports it."""
+    schema_digest: the curated schema's content digest, for the component that imports it;
+    user_files: the user's module files, for the components that import it."""
     from tfx.dsl.components.base import base_component
 
     for component in tfx_components:
         if not isinstance(component, base_component.BaseComponent):
             continue
         imports_schema = _SCHEMA_FILE_KEY in component.exec_properties
-        value = fingerprint(component, schema_digest if imports_schema else None)
+        value = fingerprint(component, schema_digest if imports_schema else None, user_files)
         component.exec_properties[FINGERPRINT_KEY] = json.dumps(value, sort_keys=True)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from components import ConfigError
 from components.training.settings import TrainingConfig
 from pipeline import config as config_lib
-from pipeline import datasets, preflight
+from pipeline import datasets, preflight, user_code
 from pipeline.beam import runners as beam_runners
 
 _TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if "flag" in f.metadata}
@@ -294,4 +294,55 @@ def add_common_flags(
     add_dataset_flags(parser, data_flag=data_flag, where=where)
     add_pipeline_flags(parser, example_shards=example_shards, transform_shards=transform_shards)
     add_training_flags(parser)
+    user_code.add_flags(parser)
     beam_runners.add_flags(parser, local=local)
+
+
+def with_user_code(
+    config: config_lib.PipelineConfig,
+    args: argparse.Namespace,
+    *,
+    rows: int | None,
+    cache_dir: str | None,
+) -> config_lib.PipelineConfig:
+    """The config with the user's code checked (pipeline.user_code.check) and, for a user's
+    run_fn, fn_args.train_steps and eval_steps: --train_steps / --eval_steps, else what --epochs
+    and --batch_size make of the rows (`rows`: the data rows, None when unknown here)."""
+    dataset = config.dataset
+    user = user_code.check(
+        user_code.choice_from_args(args),
+        label_key=dataset.label_key,
+        task=dataset.task,
+        schema_path=dataset.schema_path,
+        is_images=dataset.is_images,
+        image_size=dataset.image_size,
+        cache_dir=cache_dir,
+    )
+    training = config.training
+    if user.model_fn:
+        training = dataclasses.replace(training, model_fn=user.model_fn)
+    if user.run_fn:
+        training = run_fn_steps(training, rows, config.train_fraction)
+    return dataclasses.replace(config, user_code=user, training=training).validate()
+
+
+def run_fn_steps(training: TrainingConfig, rows: int | None, train_fraction: float):
+    """A user's run_fn trains fn_args.train_steps steps and validates fn_args.eval_steps (TFX's
+    TrainArgs / EvalArgs): given, or epochs x train rows / batch size and eval rows / batch size."""
+    import math
+
+    if training.train_steps and training.eval_steps:
+        return training
+    if rows is None:
+        raise ConfigError(
+            "--train_steps and --eval_steps are needed with your run_fn (fn_args.train_steps, "
+            "fn_args.eval_steps): the rows are not counted before the run here"
+        )
+    batch = training.per_replica_batch_size
+    train_rows = max(1, round(rows * train_fraction))
+    eval_rows = max(1, rows - train_rows)
+    return dataclasses.replace(
+        training,
+        train_steps=training.train_steps or max(1, math.ceil(training.epochs * train_rows / batch)),
+        eval_steps=training.eval_steps or max(1, math.ceil(eval_rows / batch)),
+    )

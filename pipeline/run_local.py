@@ -10,6 +10,7 @@ full TFX/Beam/TensorFlow log goes to <output_root>/<pipeline>/logs/.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import os
@@ -25,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import datasets, flags, preflight  # noqa: E402
+from pipeline import datasets, flags, preflight, user_code  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
 from pipeline.local import console, report  # noqa: E402
 from pipeline.local import policy as local  # noqa: E402
@@ -133,6 +134,14 @@ def build_config(
         if args.mysql_host
         else None,
     )
+    rows = (
+        len(facts.files)
+        if isinstance(facts, preflight.ImageFolderFacts)
+        else facts.rows - facts.rows_without_label
+    )
+    config = flags.with_user_code(
+        config, args, rows=rows, cache_dir=os.path.dirname(config.pipeline_root)
+    )
     return config, facts
 
 
@@ -150,7 +159,7 @@ def _main(argv: list[str] | None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             config, facts = build_config(args)
-    except (preflight.InputError, config_lib.ConfigError) as error:
+    except (preflight.InputError, config_lib.ConfigError, user_code.UserCodeError) as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
 
@@ -161,6 +170,10 @@ def _main(argv: list[str] | None) -> int:
     except run_guard.RunGuardError as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
+    # The user's module, under the pipeline root where every component imports it from.
+    config = dataclasses.replace(
+        config, user_code=user_code.stage(config.user_code, config.pipeline_root)
+    )
     log_dir = os.path.join(os.path.dirname(config.pipeline_root), "logs")
     log_path = console.configure_logging(log_dir)
     report.print_start(config, facts, log_path, sys.stdout)

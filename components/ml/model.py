@@ -1,5 +1,7 @@
-"""Keras (tf-keras) models over the transformed features: an MLP classifier or regressor for
-tabular data, a small CNN or MobileNetV2 classifier for images.
+"""Keras (tf-keras) models over the transformed features, and the model hook's contract
+(ModelInputs): the built-in MLP classifier or regressor for tabular data and the small CNN or
+MobileNetV2 classifier for images are two users of it (tabular_model, image_model); a user's
+build_model is another.
 
 The model is built from the Transform output: float features go in as they are (z-scores, missing
 indicators), integer features are vocabulary indices and are one-hot encoded with the vocabulary
@@ -8,8 +10,9 @@ size. Serving export: components.ml.export; input pipeline: components.ml.inputs
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -76,22 +79,146 @@ def _compile(model: keras.Model, learning_rate: float, jit_compile: bool) -> ker
     return model
 
 
-def build_image_model(
-    tf_transform_output: tft.TFTransformOutput,
-    image_model: str = "small_cnn",
-    learning_rate: float = 0.001,
-    jit_compile: bool = False,
-) -> keras.Model:
-    """Classifier over the transformed [size, size, 3] image in [0, 1]; call inside
-    strategy.scope(). mobilenet_v2: Keras' MobileNetV2 (weights=None: nothing is downloaded)
-    at the transformed size; small_cnn: two conv blocks, fast enough for CPU runs."""
-    if image_model not in features.IMAGE_MODELS:
-        raise ValueError(f"image_model must be one of {features.IMAGE_MODELS}, got {image_model!r}")
-    shape = image_input_shape(tf_transform_output)
+@dataclasses.dataclass(frozen=True)
+class ModelInputs:
+    """What a model hook receives: build_model(model_inputs) -> a compiled keras.Model.
+
+    The project's run_fn calls the hook inside strategy.scope() on every strategy and launcher,
+    then trains the model on its own input pipeline (batches of {feature name: tensor}, label
+    apart), checkpoints and resumes it, and exports it with the serving and TFMA signatures
+    (components.ml.export). The model's inputs are named after the features it reads (any of
+    feature_spec's keys). Its output is, for classification, the class probabilities
+    [batch, len(class_names)] (softmax), for regression one number per example in the
+    z-scored units of the label ([batch, 1]; serving turns it back into the label's units).
+
+    feature_spec       the transformed features (label excluded): name -> tf.io.FixedLenFeature
+    label_key          the transformed label's name
+    task               "classification" or "regression"
+    class_names        the label vocabulary (classification), in class-index order
+    vocabulary_sizes   integer features that index a vocabulary: name -> number of indices
+                       (out-of-vocabulary buckets included), for one-hot or embedding layers
+    image_shape        (height, width, channels) of the decoded image input; None for tables
+    settings           the training settings (learning_rate, hidden_units, xla, image_model...)
+    custom_config      the user's --custom_config
+    tf_transform_output  the tft.TFTransformOutput, for anything else (vocabularies, statistics)
+    """
+
+    feature_spec: dict[str, Any]
+    label_key: str
+    task: str
+    class_names: tuple[str, ...]
+    vocabulary_sizes: dict[str, int]
+    image_shape: tuple[int, int, int] | None
+    settings: Any
+    custom_config: dict[str, Any]
+    tf_transform_output: Any
+
+    @classmethod
+    def of(
+        cls,
+        tf_transform_output: tft.TFTransformOutput,
+        label_key: str,
+        settings: Any,
+        custom_config: dict[str, Any] | None = None,
+    ) -> ModelInputs:
+        label = features.transformed_name(label_key)
+        spec = tf_transform_output.transformed_feature_spec()
+        if label not in spec:
+            raise ValueError(
+                f"the transformed features {sorted(spec)} have no label {label!r}: the project's "
+                f"run_fn trains on it; output it from preprocessing_fn"
+            )
+        shape = image_input_shape(tf_transform_output)
+        feature_spec = {name: value for name, value in spec.items() if name != label}
+        if shape is not None:
+            feature_spec = {
+                features.transformed_name(features.IMAGE_KEY): spec.get(
+                    features.transformed_name(features.IMAGE_KEY)
+                )
+            }
+        regression = is_regression(tf_transform_output, label_key)
+        return cls(
+            feature_spec=feature_spec,
+            label_key=label,
+            task=features.REGRESSION if regression else features.CLASSIFICATION,
+            class_names=() if regression else tuple(class_names(tf_transform_output)),
+            vocabulary_sizes={
+                name: size
+                for name, value in feature_spec.items()
+                if shape is None
+                and value is not None
+                and value.dtype == tf.int64
+                and (size := _vocabulary_size(tf_transform_output, name))
+            },
+            image_shape=None if shape is None else (shape[0], shape[1], shape[2]),
+            settings=settings,
+            custom_config=dict(custom_config or {}),
+            tf_transform_output=tf_transform_output,
+        )
+
+
+def _vocabulary_size(tf_transform_output: tft.TFTransformOutput, name: str) -> int:
+    """Indices of an integer feature: the schema's int_domain (tf.Transform records it for
+    compute_and_apply_vocabulary), else the project's vocabulary of that feature plus its OOV
+    bucket; 0 when neither is known."""
+    schema = tf_transform_output.transformed_metadata.schema
+    for feature in schema.feature:
+        if feature.name == name and feature.HasField("int_domain") and feature.int_domain.max:
+            return int(feature.int_domain.max) + 1
+    try:
+        vocabulary = features.vocabulary_name(features.raw_key(name))
+        return (
+            tf_transform_output.vocabulary_size_by_name(vocabulary) + preprocessing.NUM_OOV_BUCKETS
+        )
+    except (ValueError, OSError, tf.errors.NotFoundError):
+        return 0
+
+
+def check_hook_model(keras_model, model_inputs: ModelInputs, hook: str) -> None:
+    """What the project needs of a hook's model, as one clear error naming the hook."""
+    if not isinstance(keras_model, keras.Model):
+        raise TypeError(
+            f"model hook {hook} returned {type(keras_model).__name__}, not a keras.Model"
+        )
+    if keras_model.optimizer is None or not getattr(keras_model, "compiled_loss", None):
+        raise ValueError(
+            f"model hook {hook}: compile() the model (optimizer, loss) before returning it"
+        )
+    unknown = sorted(set(keras_model.input_names) - set(model_inputs.feature_spec))
+    if unknown:
+        raise ValueError(
+            f"model hook {hook}: inputs {unknown} are not transformed features; name the "
+            f"inputs after model_inputs.feature_spec's keys {sorted(model_inputs.feature_spec)}"
+        )
+    width = keras_model.output_shape[-1] if keras_model.output_shape else None
+    expected = 1 if model_inputs.task == features.REGRESSION else len(model_inputs.class_names)
+    if isinstance(keras_model.output_shape, list) or width != expected:
+        raise ValueError(
+            f"model hook {hook}: one output of width {expected} is needed ("
+            + (
+                "the z-scored prediction"
+                if model_inputs.task == features.REGRESSION
+                else f"probabilities over {expected} classes"
+            )
+            + f"), got output shape {keras_model.output_shape}"
+        )
+
+
+def image_model(model_inputs: ModelInputs) -> keras.Model:
+    """The built-in image classifier, as a model hook: over the transformed [size, size, 3] image
+    in [0, 1]. mobilenet_v2: Keras' MobileNetV2 (weights=None: nothing is downloaded) at the
+    transformed size; small_cnn: two conv blocks, fast enough for CPU runs."""
+    settings = model_inputs.settings
+    architecture = settings.image_model
+    if architecture not in features.IMAGE_MODELS:
+        raise ValueError(
+            f"image_model must be one of {features.IMAGE_MODELS}, got {architecture!r}"
+        )
+    shape = model_inputs.image_shape
+    assert shape is not None, "image_model is the hook for image data"
     name = features.transformed_name(features.IMAGE_KEY)
     image = keras.Input(shape=shape, name=name, dtype=tf.float32)
-    if image_model == "mobilenet_v2":
-        assert shape is not None, "keras.Input raised for tabular data (no image shape)"
+    if architecture == "mobilenet_v2":
         backbone = keras.applications.MobileNetV2(
             input_shape=tuple(shape), include_top=False, weights=None, pooling="avg"
         )
@@ -105,38 +232,32 @@ def build_image_model(
         x = keras.layers.Flatten()(x)
         x = keras.layers.Dense(128, activation="relu")(x)
         x = keras.layers.Dropout(0.2)(x)
-    num_classes = len(class_names(tf_transform_output))
     outputs = keras.layers.Dense(
-        num_classes, activation="softmax", name=features.PROBABILITIES, dtype="float32"
+        len(model_inputs.class_names),
+        activation="softmax",
+        name=features.PROBABILITIES,
+        dtype="float32",
     )(x)
     return _compile(
-        _StepsWithoutAutograph(inputs={name: image}, outputs=outputs), learning_rate, jit_compile
+        _StepsWithoutAutograph(inputs={name: image}, outputs=outputs),
+        settings.learning_rate,
+        settings.xla,
     )
 
 
-def build_keras_model(
-    tf_transform_output: tft.TFTransformOutput,
-    label_key: str,
-    hidden_units: Sequence[int] = (32, 16),
-    learning_rate: float = 0.01,
-    jit_compile: bool = False,
-    image_model: str = "small_cnn",
-) -> keras.Model:
-    """Call inside strategy.scope(). jit_compile: XLA-compile the train step. Image data (a
-    transformed image feature) gets build_image_model(image_model); tabular data an MLP."""
-    if image_input_shape(tf_transform_output) is not None:
-        return build_image_model(tf_transform_output, image_model, learning_rate, jit_compile)
-    label_name = features.transformed_name(label_key)
+def tabular_model(model_inputs: ModelInputs) -> keras.Model:
+    """The built-in MLP, as a model hook: float features as they are (z-scores, missing
+    indicators), vocabulary indices one-hot encoded; a softmax or one linear unit on top."""
+    settings = model_inputs.settings
     inputs, encoded = {}, []
-    for name, spec in sorted(tf_transform_output.transformed_feature_spec().items()):
-        if name == label_name:
-            continue
+    for name, spec in sorted(model_inputs.feature_spec.items()):
         if spec.dtype == tf.int64:
-            vocabulary = features.vocabulary_name(features.raw_key(name))
-            depth = (
-                tf_transform_output.vocabulary_size_by_name(vocabulary)
-                + preprocessing.NUM_OOV_BUCKETS
-            )
+            depth = model_inputs.vocabulary_sizes.get(name)
+            if not depth:
+                raise ValueError(
+                    f"integer feature {name!r} indexes no known vocabulary: the built-in model "
+                    "one-hot encodes vocabulary indices (tft.compute_and_apply_vocabulary)"
+                )
             inputs[name] = keras.Input(shape=(), name=name, dtype=tf.int64)
             encoded.append(
                 keras.layers.CategoryEncoding(num_tokens=depth, output_mode="one_hot")(
@@ -147,24 +268,55 @@ def build_keras_model(
             inputs[name] = keras.Input(shape=(), name=name, dtype=tf.float32)
             encoded.append(keras.layers.Reshape((1,))(inputs[name]))
     x = keras.layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
-    for units in hidden_units:
+    for units in settings.hidden_units:
         x = keras.layers.Dense(units, activation="relu")(x)
-    if is_regression(tf_transform_output, label_key):
+    if model_inputs.task == features.REGRESSION:
         # One linear unit in z-score units of the training label (float32 under mixed precision).
         prediction = keras.layers.Dense(1, name=features.NORMALIZED_PREDICTION, dtype="float32")(x)
         regressor = _StepsWithoutAutograph(inputs=inputs, outputs=prediction)
         regressor.compile(
-            optimizer=keras.optimizers.Adam(learning_rate),
+            optimizer=keras.optimizers.Adam(settings.learning_rate),
             loss=keras.losses.MeanSquaredError(),
             metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
-            jit_compile=jit_compile,
+            jit_compile=settings.xla,
         )
         return regressor
-    num_classes = len(class_names(tf_transform_output))
     # float32 output even under a mixed-precision policy, for a numerically stable softmax/loss.
     outputs = keras.layers.Dense(
-        num_classes, activation="softmax", name=features.PROBABILITIES, dtype="float32"
+        len(model_inputs.class_names),
+        activation="softmax",
+        name=features.PROBABILITIES,
+        dtype="float32",
     )(x)
     return _compile(
-        _StepsWithoutAutograph(inputs=inputs, outputs=outputs), learning_rate, jit_compile
+        _StepsWithoutAutograph(inputs=inputs, outputs=outputs),
+        settings.learning_rate,
+        settings.xla,
     )
+
+
+def build_model(model_inputs: ModelInputs) -> keras.Model:
+    """The project's default model hook: image_model for images, tabular_model otherwise."""
+    if model_inputs.image_shape is not None:
+        return image_model(model_inputs)
+    return tabular_model(model_inputs)
+
+
+def build_keras_model(
+    tf_transform_output: tft.TFTransformOutput,
+    label_key: str,
+    hidden_units: Sequence[int] = (32, 16),
+    learning_rate: float = 0.01,
+    jit_compile: bool = False,
+    image_model: str = "small_cnn",
+) -> keras.Model:
+    """build_model with these settings (tests, benchmarks); call inside strategy.scope()."""
+    from components.training.settings import TrainingConfig
+
+    settings = TrainingConfig(
+        hidden_units=tuple(hidden_units),
+        learning_rate=learning_rate,
+        xla=jit_compile,
+        image_model=image_model,
+    )
+    return build_model(ModelInputs.of(tf_transform_output, label_key, settings))

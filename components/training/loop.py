@@ -22,7 +22,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from absl import logging
 
-from components import PROGRESS_LOGGER
+from components import PROGRESS_LOGGER, user_code
 from components.ml import export, image_preprocessing, inputs, model
 from components.training import settings as settings_lib
 from components.training import strategies
@@ -58,6 +58,10 @@ class TrainTask:
     model_run_dir: str
     label_key: str
     settings: TrainingConfig = TrainingConfig()
+    # The user's module (a components.user_code.UserModule as JSON) holding the model hook, and
+    # the user's custom_config (JSON), which the hook receives.
+    user_module: str = ""
+    user_config: str = ""
 
     @property
     def backup_dir(self) -> str:
@@ -97,6 +101,17 @@ class TrainTask:
         """Single-worker strategies on the default devices train inside the Trainer's process;
         anything that needs its own TensorFlow runtime (a cluster, logical CPU devices) does not."""
         return not self.settings.needs_cluster and self.settings.cpu_devices <= 1
+
+
+def load_task(path: str):
+    """The task a cluster process runs: a TrainTask, or a user run_fn's RunFnTask."""
+    with tf.io.gfile.GFile(path) as handle:
+        values = json.loads(handle.read())
+    if "run_fn" in values:
+        from components.training.run_fn_task import RunFnTask
+
+        return RunFnTask.from_dict(values)
+    return settings_lib.from_dict(TrainTask, values)
 
 
 class EpochProgress(keras.callbacks.Callback):
@@ -224,6 +239,7 @@ def train(task: TrainTask) -> dict:
     """Trains under the task's strategy; the chief exports the serving model. Returns final
     metrics and where training started (for resumed runs)."""
     strategy = _start_runtime(task.settings)
+    user_code.activate(user_code.UserModule.from_json(task.user_module))
     tf_transform_output = tft.TFTransformOutput(task.transform_output)
     chief = strategies.is_chief(strategy)
     plan = _plan(task, strategy, tf_transform_output)
@@ -364,16 +380,19 @@ def _datasets(task: TrainTask, plan: _Plan, tf_transform_output) -> tuple:
 
 
 def _build_model(task: TrainTask, strategy, tf_transform_output):
-    settings = task.settings
+    """The model hook (settings.model_fn: the project's build_model or the user's) inside the
+    strategy's scope, on what the transform output says about the features and the label."""
+    model_inputs = model.ModelInputs.of(
+        tf_transform_output,
+        task.label_key,
+        task.settings,
+        json.loads(task.user_config) if task.user_config else {},
+    )
+    hook = user_code.load_function(task.settings.model_fn)
     with strategy.scope():
-        return model.build_keras_model(
-            tf_transform_output,
-            task.label_key,
-            hidden_units=settings.hidden_units,
-            learning_rate=settings.learning_rate,
-            jit_compile=settings.xla,
-            image_model=settings.image_model,
-        )
+        keras_model = hook(model_inputs)
+    model.check_hook_model(keras_model, model_inputs, task.settings.model_fn)
+    return keras_model
 
 
 def _callbacks(task: TrainTask, strategy, chief: bool, callbacks: list) -> list:

@@ -1,8 +1,9 @@
 """Entry point of one training task process: `python -m components.training.run_task --task FILE`.
 
-Reads the TrainTask JSON and this process's role from TF_CONFIG (set by the launcher: the local
-one, or the Kubeflow Training Operator in a pod; in a Kubeflow Trainer v2 JobSet pod it is
-computed here from the JobSet's indexes, components.training.tf_config). Workers and parameter
+Reads the TrainTask JSON (or a user run_fn's RunFnTask) and this process's role from TF_CONFIG
+(set by the launcher: the local one, or the Kubeflow Training Operator in a pod; in a Kubeflow
+Trainer v2 JobSet pod it is computed here from the JobSet's indexes,
+components.training.tf_config). Workers and parameter
 servers of a parameter-server cluster serve until they are stopped; every other task runs the
 training function.
 """
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from components.training import loop as training
     from components.training import strategies
 
-    task = training.TrainTask.load(args.task)
+    task = training.load_task(args.task)
     if task.settings.cpu_devices > 1:
         strategies.split_cpu(task.settings.cpu_devices)
     if not os.environ.get("TF_CONFIG"):
@@ -76,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     if task.settings.strategy == "parameter_server" and role.get("type") in ("worker", "ps"):
         run_server(tf_config["cluster"], role["type"], int(role["index"]), task.settings.workers)
         return 0
-    result = training.train(task)
+    if isinstance(task, training.TrainTask):
+        result = training.train(task)
+    else:  # a user's run_fn (components.training.run_fn_task)
+        from components.training import run_fn_task
+
+        result = run_fn_task.run(task)
     logging.getLogger("tfx_scaleout.cluster").info("task result: %s", json.dumps(result))
     return 0
 

@@ -42,6 +42,13 @@ GANG_SCHEDULERS = ("none", "coscheduling", "volcano")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 # A day: long enough for the project's models, short enough that a stuck job frees its GPUs.
 DEFAULT_DEADLINE_SECONDS = 24 * 3600
+# The Trainer's custom_config keys besides the settings: the user's --custom_config (for the model
+# hook; a user's run_fn gets it as fn_args.custom_config) and the staged user module (set by the
+# Trainer's executor from its exec property, components.user_code).
+USER_CONFIG_KEY = "user_custom_config"
+USER_MODULE_CONFIG_KEY = "user_module"
+# The project's model hook (components.ml.model.ModelInputs says what a hook gets).
+DEFAULT_MODEL_FN = "components.ml.model.build_model"
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -391,6 +398,9 @@ class TrainingConfig:
     )
     # Where a multi-worker cluster runs; single-worker strategies train in the Trainer.
     launcher: LauncherConfig = LocalLauncherConfig()
+    # The model hook the project's run_fn calls inside strategy.scope() (--model_fn or
+    # --module_file's build_model; pipeline.user_code).
+    model_fn: str = DEFAULT_MODEL_FN
 
     @property
     def needs_cluster(self) -> bool:
@@ -471,8 +481,12 @@ class TrainingConfig:
 
     @classmethod
     def from_custom_config(cls, custom_config: dict[str, Any]) -> tuple[str, TrainingConfig]:
-        """(label_key, settings) from what to_custom_config wrote."""
-        values = dict(custom_config)
+        """(label_key, settings) from what to_custom_config wrote (the user's keys aside)."""
+        values = {
+            k: v
+            for k, v in custom_config.items()
+            if k not in (USER_CONFIG_KEY, USER_MODULE_CONFIG_KEY)
+        }
         try:
             label_key = values.pop(features.LABEL_KEY_CONFIG)
         except KeyError:

@@ -7,16 +7,24 @@ the launcher the settings name, which runs one process or pod per cluster task.
 
 from __future__ import annotations
 
+import json
+
 import tensorflow as tf
 
 from components.training import cluster, launchers
 from components.training.loop import TrainTask, train
-from components.training.settings import TrainingConfig
+from components.training.settings import (
+    USER_CONFIG_KEY,
+    USER_MODULE_CONFIG_KEY,
+    TrainingConfig,
+)
 
 
 def run_fn(fn_args) -> None:
     """fn_args: tfx.components.FnArgs (train/eval files, transform output, custom_config, ...)."""
-    label_key, settings = TrainingConfig.from_custom_config(fn_args.custom_config or {})
+    custom_config = fn_args.custom_config or {}
+    label_key, settings = TrainingConfig.from_custom_config(custom_config)
+    user_config = custom_config.get(USER_CONFIG_KEY)
     task = TrainTask(
         train_files=_expand(fn_args.train_files),
         eval_files=_expand(fn_args.eval_files),
@@ -25,6 +33,8 @@ def run_fn(fn_args) -> None:
         model_run_dir=fn_args.model_run_dir,
         label_key=label_key,
         settings=settings.validate(),
+        user_module=custom_config.get(USER_MODULE_CONFIG_KEY) or "",
+        user_config=json.dumps(user_config) if user_config else "",
     )
     if task.runs_in_process():
         train(task)

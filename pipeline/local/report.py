@@ -30,6 +30,10 @@ def print_start(
         f"strategy {describe_training(config.training)}; log: {log_path}\n"
     )
     describe_columns(config.dataset, facts, out)
+    from pipeline import user_code
+
+    for line in user_code.describe(config.user_code):
+        out.write(f"  Your code: {line}\n")
     out.flush()
 
 

@@ -37,6 +37,7 @@ LINKED = (
     "kubeflow",
     "schemas",
     "benchmarks",
+    "examples",
     "tests",
     ".venv",
     "pyproject.toml",

@@ -1,0 +1,106 @@
+"""Trainer executor: TFX's GenericExecutor, with the user's module importable and a user's run_fn
+run on every strategy.
+
+- The project's run_fn (PROJECT_RUN_FN) reads its settings from custom_config and trains in this
+  process or hands a TrainTask to the cluster launcher (components.training.trainer); the staged
+  user module (the model hook's) is passed to it in custom_config.
+- A user's run_fn gets TFX's own FnArgs with the user's custom_config only. Single-worker
+  strategies: it runs here, as TFX runs it. Multi-worker and parameter-server strategies: every
+  cluster task (local processes, TFJob or TrainJob pods) rebuilds the same FnArgs from this
+  execution's artifacts and calls it with TF_CONFIG set, as TFX's Vertex AI trainer runs it in
+  every replica (components.training.run_fn_task); parameter-server workers and servers serve.
+
+Either way, a run that wrote no serving model fails with the function and the directory.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tfx.components.trainer import executor as tfx_trainer_executor
+from tfx.dsl.components.base import executor_spec
+from tfx.types import artifact_utils
+
+from components import user_code
+from components.training.settings import (
+    USER_CONFIG_KEY,
+    USER_MODULE_CONFIG_KEY,
+    TrainingConfig,
+)
+
+PROJECT_RUN_FN = "components.training.trainer.run_fn"
+CUSTOM_CONFIG_KEY = "custom_config"
+
+
+class Executor(tfx_trainer_executor.GenericExecutor):
+    def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 (TFX API)
+        module = user_code.from_exec_properties(exec_properties)
+        user_code.activate(module)
+        custom_config = json.loads(exec_properties.get(CUSTOM_CONFIG_KEY) or "null") or {}
+        run_fn = exec_properties.get("run_fn") or ""
+        serving_model_dir = self._GetFnArgs(
+            input_dict, output_dict, exec_properties
+        ).serving_model_dir
+        if run_fn == PROJECT_RUN_FN:
+            if module is not None:
+                custom_config[USER_MODULE_CONFIG_KEY] = module.to_json()
+            properties = dict(exec_properties, **{CUSTOM_CONFIG_KEY: json.dumps(custom_config)})
+            self._run_and_check(input_dict, output_dict, properties, run_fn, module)
+            return
+        _, settings = TrainingConfig.from_custom_config(custom_config)
+        settings = settings.validate()
+        properties = dict(
+            exec_properties,
+            **{CUSTOM_CONFIG_KEY: json.dumps(custom_config.get(USER_CONFIG_KEY) or {})},
+        )
+        if not settings.needs_cluster:
+            self._run_and_check(input_dict, output_dict, properties, run_fn, module)
+            return
+        from components.training import cluster, launchers
+        from components.training.run_fn_task import RunFnTask
+
+        task = RunFnTask(
+            run_fn=run_fn,
+            input_dict=artifact_utils.jsonify_artifact_dict(input_dict),
+            output_dict=artifact_utils.jsonify_artifact_dict(output_dict),
+            exec_properties=json.dumps(_json_properties(properties)),
+            model_run_dir=artifact_utils.get_single_uri(output_dict["model_run"]),
+            user_module=module.to_json() if module else "",
+            settings=settings,
+        )
+        launchers.create(settings).run(cluster.ClusterSpec.for_task(task), task)
+        check_model_written(serving_model_dir, run_fn, module)
+
+    def _run_and_check(self, input_dict, output_dict, properties, run_fn, module) -> None:
+        fn_args = self._GetFnArgs(input_dict, output_dict, properties)
+        user_code.load_function(run_fn)(fn_args)
+        check_model_written(fn_args.serving_model_dir, run_fn, module)
+
+
+def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
+    """Exec properties as JSON types (TFX gives protos as their JSON text already)."""
+    return {
+        k: v for k, v in properties.items() if isinstance(v, (str, int, float, bool, type(None)))
+    }
+
+
+def check_model_written(serving_model_dir: str, run_fn: str, module) -> None:
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(serving_model_dir) and tf.io.gfile.listdir(serving_model_dir):
+        return
+    where = (
+        f" ({module.source})"
+        if module is not None and run_fn.startswith(module.module + ".")
+        else ""
+    )
+    raise RuntimeError(
+        f"run_fn {run_fn}{where} wrote no model to fn_args.serving_model_dir "
+        f"({serving_model_dir}): save the trained model there, e.g. "
+        "tf.saved_model.save(model, fn_args.serving_model_dir, signatures=...) or "
+        "model.save(fn_args.serving_model_dir, save_format='tf')"
+    )
+
+
+EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
