@@ -14,6 +14,7 @@ from tfx.components.evaluator import executor as tfx_executor
 from tfx.types import standard_component_specs
 from tfx.utils import path_utils
 
+from components import user_code
 from components.tfx_components import baseline
 
 BASELINE_MODEL_KEY = standard_component_specs.BASELINE_MODEL_KEY
@@ -26,6 +27,8 @@ def present_baselines(models: list) -> list:
 
 class Executor(tfx_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties: dict[str, Any]):  # noqa: N802
+        # Metrics an --eval_config names from the user's module: its staged copy importable.
+        user_code.activate(user_code.from_exec_properties(exec_properties))
         inputs = dict(input_dict)
         present = present_baselines(list(inputs.pop(BASELINE_MODEL_KEY, None) or []))
         if present:
