@@ -23,6 +23,15 @@ TFX_STYLE = ".venv/bin/python pipeline/run_local.py --module_file examples/pengu
 DIGITS = (
     ".venv/bin/python pipeline/run_local.py --dataset digits --module_file examples/digits_hook.py"
 )
+# Literal strings: tests/docs/test_doc_commands.py reads which page commands a test runs.
+HOOK_MULTI_WORKER = (
+    ".venv/bin/python pipeline/run_local.py --module_file examples/penguin_hook.py"
+    " --custom_config '{\"width\": 32}' --strategy multi_worker_mirrored --workers 2"
+)
+TFX_STYLE_MULTI_WORKER = (
+    ".venv/bin/python pipeline/run_local.py --module_file examples/penguin_tfx_style.py"
+    " --strategy multi_worker_mirrored --workers 2"
+)
 EXAMPLES = os.path.join(pages.PROJECT_ROOT, "examples")
 # Exit codes of run_local: pushed, or trained and evaluated but not blessed (a later model that
 # scores below the last pushed one).
@@ -58,11 +67,12 @@ def sandbox(tmp_path_factory):
 def hook_runs(sandbox):
     """The page's hook command on a copy of the module: as it is, after a comment edit, after a
     behaviour edit."""
-    copy = sandbox.tmp / "penguin_hook.py"
+    (sandbox.root / "mine").mkdir()
+    copy = sandbox.root / "mine" / "penguin_hook.py"
     text = Path(EXAMPLES, "penguin_hook.py").read_text()
     copy.write_text(text)
     command = pages.command(PAGE, HOOK)
-    swap = {"examples/penguin_hook.py": str(copy)}
+    swap = {"examples/penguin_hook.py": "mine/penguin_hook.py"}
     first = sandbox.run(command, replace=swap)
     copy.write_text(text.replace("def build_model(", "# Tuned later.\ndef build_model(") + "\n")
     comment = sandbox.run(command, replace=swap)
@@ -100,7 +110,7 @@ def test_a_behaviour_edit_reruns_the_trainer_and_says_why(hook_runs):
 
 
 def test_hook_under_multi_worker_training(hook_runs, sandbox):
-    command = pages.command(PAGE, HOOK + " --custom_config")
+    command = pages.command(PAGE, HOOK_MULTI_WORKER)
     result = sandbox.run(command)
     assert result.returncode in (PUSHED, NOT_PUSHED), explain(result)
     assert executed(result.stdout, "Trainer") and "2 workers" in result.stdout, result.stdout
@@ -113,7 +123,7 @@ def tfx_style_runs(hook_runs, sandbox):
     """The TFX-style module on the same output root: mirrored, then a 2-worker cluster, then
     parameter-server training (the page's command with the strategy swapped)."""
     mirrored = sandbox.run(pages.command(PAGE, TFX_STYLE))
-    multi = pages.command(PAGE, TFX_STYLE + " --strategy multi_worker_mirrored")
+    multi = pages.command(PAGE, TFX_STYLE_MULTI_WORKER)
     multi_worker = sandbox.run(multi)
     parameter_server = sandbox.run(
         multi,
