@@ -42,7 +42,7 @@ from components.tfx_components.transform.component import ShardedTransform
 from components.tfx_components.validation.executor import StrictExampleValidator
 from components.training.settings import USER_CONFIG_KEY
 from components.user_code import USER_MODULE_KEY
-from pipeline import fingerprints
+from pipeline import fingerprints, user_code
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 PREPROCESSING_FN = "components.ml.preprocessing.preprocessing_fn"
@@ -232,8 +232,8 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         example_splits=[EVAL_SPLIT],
     ).with_id("Evaluator")
     user = config.user_code
-    if user.module and user.module_name in evaluator.exec_properties.get("eval_config", ""):
-        _runs_user_module(evaluator, config)
+    if user.module_name and user.module_name in evaluator.exec_properties.get("eval_config", ""):
+        _runs_user_module(evaluator, config, user_code.EVALUATOR)
     pusher = _pusher(config, trainer, evaluator)
     nodes = [
         example_gen,
@@ -249,7 +249,9 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
     fingerprints.attach(
         nodes,
         schema_digest=_schema_digest(dataset),
-        user_files=config.user_code.fingerprint_files(),
+        user_files={role: config.user_code.fingerprint_files(role) for role in user_code.ROLES}
+        if config.user_code.module_name
+        else None,
     )
     return pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
@@ -294,9 +296,9 @@ def _schema_gen(dataset: DatasetConfig, statistics_gen):
     return SchemaGen(statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)
 
 
-def _runs_user_module(component, config: PipelineConfig) -> None:
+def _runs_user_module(component, config: PipelineConfig, role: str) -> None:
     """The staged user module, which the component's executor imports before it runs."""
-    module = config.user_code.module
+    module = config.user_code.module_for(role)
     assert module is not None, "pipeline.user_code.stage() ran before the pipeline was built"
     component.exec_properties[USER_MODULE_KEY] = module.to_json()
 
@@ -333,7 +335,7 @@ def _transform(config: PipelineConfig, examples, schema):
         custom_config={**project_config, **user.custom_config_dict()},
     ).with_id("Transform")
     if user.from_module(user.preprocessing_fn):
-        _runs_user_module(transform, config)
+        _runs_user_module(transform, config, user_code.TRANSFORM)
     return transform
 
 
@@ -360,7 +362,7 @@ def _trainer(config: PipelineConfig, examples, transform, schema):
         custom_executor_spec=trainer_executor.EXECUTOR_SPEC,
     )
     if user.from_module(user.run_fn or training.model_fn):
-        _runs_user_module(trainer, config)
+        _runs_user_module(trainer, config, user_code.TRAINER)
     return trainer
 
 

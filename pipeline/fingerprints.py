@@ -187,18 +187,22 @@ def fingerprint(
 def attach(
     tfx_components: Iterable[Any],
     schema_digest: str | None,
-    user_files: dict[str, str] | None = None,
+    user_files: dict[str, dict[str, str]] | None = None,
 ) -> None:
     """Sets FINGERPRINT_KEY on every component (resolver nodes are never cached: skipped).
     schema_digest: the curated schema's content digest, for the component that imports it;
-    user_files: the user's module files, for the components that import it."""
+    user_files: {component id: the user's module files as that component runs them}."""
     from tfx.dsl.components.base import base_component
 
     for component in tfx_components:
         if not isinstance(component, base_component.BaseComponent):
             continue
         imports_schema = _SCHEMA_FILE_KEY in component.exec_properties
-        value = fingerprint(component, schema_digest if imports_schema else None, user_files)
+        value = fingerprint(
+            component,
+            schema_digest if imports_schema else None,
+            (user_files or {}).get(component.id),
+        )
         component.exec_properties[FINGERPRINT_KEY] = json.dumps(value, sort_keys=True)
 
 

@@ -56,6 +56,13 @@ _WHAT = {
     MODEL_FN: "build_model(model_inputs)",
 }
 STAGING_DIR = "_user_code"
+# What runs the user's code, and the module-level functions each ignores in the module file.
+TRANSFORM, TRAINER, EVALUATOR = "Transform", "Trainer", "Evaluator"
+ROLES = {
+    TRANSFORM: ("run_fn", "build_model", "tuner_fn"),
+    TRAINER: ("preprocessing_fn", "stats_options_updater_fn"),
+    EVALUATOR: (),
+}
 _CHECKS_FILE = "user_code_checks.json"
 
 
@@ -109,13 +116,24 @@ class UserCode:
     module_path: str = ""
     module_name: str = ""
     files: tuple[tuple[str, str], ...] = ()
+    # The same per component role (ROLES): the module file's digest without the functions of the
+    # other role, so that an edit to run_fn does not rerun Transform, nor one to preprocessing_fn
+    # the Trainer (beyond what Transform's new output reruns).
+    role_files: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     # The transformed label's name in a user preprocessing_fn's outputs (from the trace).
     transformed_label: str = ""
-    module: UserModule | None = None
+    # The staged copies (stage()), per role.
+    modules: tuple[tuple[str, UserModule], ...] = ()
 
     @property
     def digest(self) -> str:
         return _digest(self.files)
+
+    def files_for(self, role: str) -> tuple[tuple[str, str], ...]:
+        return dict(self.role_files).get(role, self.files)
+
+    def module_for(self, role: str) -> UserModule | None:
+        return dict(self.modules).get(role)
 
     def custom_config_dict(self) -> dict[str, Any]:
         return json.loads(self.custom_config) if self.custom_config else {}
@@ -123,9 +141,9 @@ class UserCode:
     def from_module(self, function_path: str) -> bool:
         return bool(self.module_name) and function_path.startswith(self.module_name + ".")
 
-    def fingerprint_files(self) -> dict[str, str]:
-        """{label: digest} for the cache fingerprint of the components that run the module."""
-        return {f"--module_file {path}": digest for path, digest in self.files}
+    def fingerprint_files(self, role: str) -> dict[str, str]:
+        """{label: digest} for the cache fingerprint of the component of `role`."""
+        return {f"--module_file {path}": digest for path, digest in self.files_for(role)}
 
 
 def choice_from_args(args) -> UserCodeChoice:
@@ -194,6 +212,21 @@ def _module_closure(module_path: str) -> tuple[str, dict[str, str]]:
             f"{error.filename}:{error.lineno}: syntax error: {error.msg}; fix the file and rerun"
         ) from None
     return name, closure
+
+
+def _role_files(module_path: str, files: dict[str, str], drop) -> tuple[tuple[str, str], ...]:
+    """files with the module file's digest taken over its syntax tree without the top-level
+    functions named in `drop`."""
+    with open(module_path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    tree.body = [
+        node
+        for node in tree.body
+        if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in drop)
+    ]
+    digest = hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+    main = os.path.basename(module_path)
+    return tuple(sorted({**files, main: digest}.items()))
 
 
 def _check_module_file(given: str) -> str:
@@ -355,6 +388,11 @@ def check(
         module_path=module_path,
         module_name=name,
         files=tuple(sorted(files.items())),
+        role_files=tuple(
+            (role, _role_files(module_path, files, drop)) for role, drop in ROLES.items()
+        )
+        if module_path
+        else (),
         transformed_label=transformed_label,
     )
 
@@ -583,24 +621,33 @@ def _takes_custom_config(function) -> bool:
 
 
 def stage(user: UserCode, pipeline_root: str) -> UserCode:
-    """Copies the module's files to <pipeline_root>/_user_code/<digest>/ (an object-store root
-    through TensorFlow's file systems); an existing directory of that digest is kept."""
+    """Copies the module's files to <pipeline_root>/_user_code/<digest>/ once per role digest
+    (an object-store root through TensorFlow's file systems); an existing directory of that
+    digest is kept: it behaves the same."""
     if not user.module_path:
         return user
-    uri = f"{pipeline_root.rstrip('/')}/{STAGING_DIR}/{user.digest}"
     folder = os.path.dirname(user.module_path)
     names = [
         path[: -len(".py")].replace(os.sep, ".").removesuffix(".__init__") for path, _ in user.files
     ]
     manifest = json.dumps({"modules": sorted(names), "files": dict(user.files)}, indent=1)
-    if "://" in uri:
-        _stage_remote(uri, folder, user.files, manifest)
-    else:
-        _stage_local(uri, folder, user.files, manifest)
-    module = UserModule(
-        module=user.module_name, uri=uri, digest=user.digest, source=user.module_file
-    )
-    return dataclasses.replace(user, module=module)
+    modules = []
+    for role in ROLES:
+        digest = _digest(user.files_for(role))
+        uri = f"{pipeline_root.rstrip('/')}/{STAGING_DIR}/{digest}"
+        if "://" in uri:
+            _stage_remote(uri, folder, user.files, manifest)
+        else:
+            _stage_local(uri, folder, user.files, manifest)
+        modules.append(
+            (
+                role,
+                UserModule(
+                    module=user.module_name, uri=uri, digest=digest, source=user.module_file
+                ),
+            )
+        )
+    return dataclasses.replace(user, modules=tuple(modules))
 
 
 def _stage_local(uri: str, folder: str, files, manifest: str) -> None:

@@ -196,17 +196,33 @@ def test_a_good_module_resolves_fingerprints_and_stages(tmp_path):
         image_size=32,
     )
     assert changed.digest != resolved.digest
-    assert list(changed.fingerprint_files()) == ["--module_file good.py"]
+    assert list(changed.fingerprint_files(user_code.TRANSFORM)) == ["--module_file good.py"]
     staged = user_code.stage(changed, str(tmp_path / "root"))
-    assert staged.module.uri.endswith(f"_user_code/{changed.digest}")
-    assert runtime.module_names(staged.module.uri) == ["good"]
-    assert (tmp_path / "root" / "_user_code" / changed.digest / "good.py").read_text() == (
+    transform = staged.module_for(user_code.TRANSFORM)
+    digest = user_code._digest(changed.files_for(user_code.TRANSFORM))
+    assert transform.uri.endswith(f"_user_code/{digest}")
+    assert runtime.module_names(transform.uri) == ["good"]
+    assert (tmp_path / "root" / "_user_code" / digest / "good.py").read_text() == (
         tmp_path / "good.py"
     ).read_text()
     # Activating it imports the staged copy, replacing any earlier version.
-    runtime.activate(staged.module)
+    runtime.activate(transform)
     module = runtime.load_function("good.preprocessing_fn")
-    assert module.__code__.co_filename.startswith(staged.module.uri)
+    assert module.__code__.co_filename.startswith(transform.uri)
+    # An edit to a run_fn beside it changes the Trainer's digest only.
+    (tmp_path / "good.py").write_text(
+        (tmp_path / "good.py").read_text() + "\ndef run_fn(fn_args):\n    return 1\n"
+    )
+    both = user_code.check(
+        choice,
+        label_key="species",
+        task="classification",
+        schema_path=None,
+        is_images=False,
+        image_size=32,
+    )
+    assert both.files_for(user_code.TRANSFORM) == changed.files_for(user_code.TRANSFORM)
+    assert both.files_for(user_code.TRAINER) != changed.files_for(user_code.TRAINER)
 
 
 def test_a_passed_check_is_remembered(tmp_path, monkeypatch):
