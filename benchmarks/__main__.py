@@ -3,9 +3,10 @@
     python -m benchmarks all [--quick] [--work_dir DIR] [--only NAME ...]
 
 Each benchmark module exposes run(quick) -> list[common.Row]. --quick (under 10 minutes on a
-2-core machine) runs the scale benchmark at 200,000 rows, the training input check with fewer
-steps and no per-strategy runs, and skips the penguin-vs-TFX-example comparison (two cold and two
-warm full pipeline runs, about 7 minutes on its own). scale_memory (the whole pipeline at 1M, 3M
+2-core machine) runs the scale benchmark at 200,000 rows, the wide-table Transform at 10 and 80
+columns only, the training input check with fewer steps and no per-strategy runs, and skips
+the penguin-vs-TFX-example comparison (two cold and two warm full pipeline runs, about 7
+minutes on its own). scale_memory (the whole pipeline at 1M, 3M
 and 10M rows) is full-size only. Modules that do not exist yet are reported as skipped.
 """
 
@@ -29,6 +30,7 @@ BENCHMARKS = (
         "measures the whole pipeline's peak memory at 200,000 rows",
     ),
     ("scale_bad_input", None),
+    ("wide_transform", None),
     ("portable_runner", None),
     ("training_throughput", None),
     ("image_ingestion", None),

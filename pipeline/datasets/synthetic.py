@@ -3,6 +3,10 @@
 6 numeric columns (some values missing), 3 string columns with 5, 50 and 1000 distinct values,
 and a 3-class string label that a linear model learns from them. Vectorized with numpy and
 written with pyarrow's CSV writer: 1M rows in seconds, identical bytes for the same seed.
+
+Wide tables (`write_wide`): any number of columns, half text with 8 values each, half numeric
+(every other one with missing values), and a 3-class label learnt from a few of them; the shape
+of the issue-30 measurements of Transform's cost per column (benchmarks.wide_transform).
 """
 
 from __future__ import annotations
@@ -77,8 +81,6 @@ def synth_table(rows: int, seed: int, file_index: int = 0):
 
 def write_synth(out_dir: str, rows: int, files: int, seed: int) -> list[str]:
     """Writes `rows` rows as `files` CSV files part-00000-of-0000F.csv under out_dir."""
-    import pyarrow.compute as pc
-
     if rows < 1 or files < 1:
         raise ValueError(f"rows and files must be >= 1, got rows={rows}, files={files}")
     os.makedirs(out_dir, exist_ok=True)
@@ -86,19 +88,97 @@ def write_synth(out_dir: str, rows: int, files: int, seed: int) -> list[str]:
     paths = []
     for index, count in enumerate(per_file):
         path = os.path.join(out_dir, f"part-{index:05d}-of-{files:05d}.csv")
-        table = synth_table(count, seed, index)
-        # One joined string per row, unquoted (no value contains a comma), nulls as empty fields.
-        lines = pc.binary_join_element_wise(
-            *(pc.cast(column, "string") for column in table.columns),
-            ",",
-            null_handling="replace",
-        )
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(",".join(table.column_names) + "\n")
-            handle.write("\n".join(lines.to_pylist()))
-            handle.write("\n")
+        _write_csv(path, synth_table(count, seed, index))
         paths.append(path)
     return paths
+
+
+def _write_csv(path: str, table) -> None:
+    """One joined string per row, unquoted (no value contains a comma), nulls as empty fields."""
+    import pyarrow.compute as pc
+
+    lines = pc.binary_join_element_wise(
+        *(pc.cast(column, "string") for column in table.columns),
+        ",",
+        null_handling="replace",
+    )
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(",".join(table.column_names) + "\n")
+        handle.write("\n".join(lines.to_pylist()))
+        handle.write("\n")
+
+
+WIDE_TEXT_VALUES = 8
+WIDE_MISSING = 0.05
+
+
+def wide_columns(columns: int) -> tuple[list[str], list[str]]:
+    """(text, numeric) column names of a wide table of `columns` feature columns."""
+    if columns < 2:
+        raise ValueError(f"a wide table needs at least 2 feature columns, got {columns}")
+    text = [f"t_{i:03d}" for i in range(columns // 2)]
+    numeric = [f"n_{i:03d}" for i in range(columns - columns // 2)]
+    return text, numeric
+
+
+def wide_table(rows: int, columns: int, seed: int):
+    """A pyarrow Table of `columns` feature columns and the label: text columns t_* with
+    WIDE_TEXT_VALUES values (v0..v7, t_001 missing in WIDE_MISSING of the rows), numeric
+    columns n_* at different scales (odd ones missing in WIDE_MISSING of the rows); the label
+    is the argmax of n_000, n_001 and t_000's effect plus noise."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng([seed, columns])
+    text, numeric = wide_columns(columns)
+    values = rng.standard_normal((rows, len(numeric)))
+    scales = 10.0 ** rng.integers(-1, 3, len(numeric))
+    offsets = rng.integers(-5, 5, len(numeric)) * scales
+    codes = rng.integers(0, WIDE_TEXT_VALUES, (rows, len(text)))
+    effect = np.array([[1.5, 0.0, -1.5], [0.0, 1.5, 0.0]])[codes[:, 0] % 2]
+    logits = np.zeros((rows, 3))
+    logits[:, 0] += 2.0 * values[:, 0]
+    if len(numeric) > 1:
+        logits[:, 1] += 2.0 * values[:, 1]
+    logits += effect + 0.5 * rng.standard_normal((rows, 3))
+    table = {}
+    vocabulary = np.array([f"v{v}" for v in range(WIDE_TEXT_VALUES)])
+    for i, name in enumerate(text):
+        missing = rng.random(rows) < WIDE_MISSING if i == 1 else None
+        table[name] = pa.array(vocabulary[codes[:, i]], mask=missing)
+    for i, name in enumerate(numeric):
+        missing = rng.random(rows) < WIDE_MISSING if i % 2 else None
+        table[name] = pa.array(np.round(values[:, i] * scales[i] + offsets[i], 4), mask=missing)
+    table[SYNTH_LABEL_KEY] = pa.array(np.array(SYNTH_CLASSES)[np.argmax(logits, axis=1)])
+    return pa.table(table)
+
+
+def wide_schema(columns: int) -> str:
+    """The schema.pbtxt of a wide table, as a reviewed one reads (every column one value a row
+    where present; missing ones allowed where the generator leaves values out)."""
+    text, numeric = wide_columns(columns)
+    entries = []
+    for kind, names in (("BYTES", [*text, SYNTH_LABEL_KEY]), ("FLOAT", numeric)):
+        for name in names:
+            may_miss = name == "t_001" or (name.startswith("n_") and int(name[2:]) % 2 == 1)
+            fraction = 0.8 if may_miss else 1.0
+            entries.append(
+                f'feature {{\n  name: "{name}"\n  type: {kind}\n'
+                f"  presence {{ min_fraction: {fraction} min_count: 1 }}\n"
+                "  value_count { min: 1 max: 1 }\n}\n"
+            )
+    return "".join(entries)
+
+
+def write_wide(out_dir: str, rows: int, columns: int, seed: int = 0) -> tuple[str, str]:
+    """One CSV file of a wide table under out_dir/data and its schema; (data_dir, schema)."""
+    data_dir = os.path.join(out_dir, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    _write_csv(os.path.join(data_dir, "wide.csv"), wide_table(rows, columns, seed))
+    schema_path = os.path.join(out_dir, "schema.pbtxt")
+    with open(schema_path, "w", encoding="utf-8") as handle:
+        handle.write(wide_schema(columns))
+    return data_dir, schema_path
 
 
 def main(argv: list[str] | None = None) -> int:
