@@ -560,9 +560,11 @@ def _trace(
     from tensorflow_transform import impl_helper
     from tensorflow_transform.tf_metadata import schema_utils
 
-    from pipeline import preflight
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx.utils import io_utils
 
-    schema = preflight.load_schema(schema_path)
+    # The pre-flight check has read this schema already: it parses.
+    schema = io_utils.parse_pbtxt_file(schema_path, schema_pb2.Schema())
     feature_spec = schema_utils.schema_as_feature_spec(schema).feature_spec
     config = {
         features.LABEL_KEY_CONFIG: label_key,
