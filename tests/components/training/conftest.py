@@ -34,7 +34,11 @@ def kube(request, tmp_path_factory):
 
     try:
         built = real_kube.build(say=say)
-        plane = real_kube.ControlPlane(str(tmp_path_factory.mktemp("kube")), built.path)
+        plane = real_kube.ControlPlane(
+            str(tmp_path_factory.mktemp("kube")),
+            built.paths["kube-apiserver"],
+            controller_manager=built.paths["kube-controller-manager"],
+        )
     except real_kube.Unavailable as error:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {error}", pytrace=False)
@@ -45,8 +49,8 @@ def kube(request, tmp_path_factory):
         real_kube.install_crds(plane)
         how = f"built in {built.seconds:.0f}s" if built.seconds else "cached"
         say(
-            f"tests: kube-apiserver {real_kube.kubernetes_version()} ({how}) and etcd up, "
-            f"CRDs established in {time.monotonic() - started:.1f}s"
+            f"tests: kube-apiserver and kube-controller-manager {real_kube.kubernetes_version()} "
+            f"({how}) and etcd up, CRDs established in {time.monotonic() - started:.1f}s"
         )
         yield plane
     finally:

@@ -23,6 +23,7 @@ import datetime
 import fcntl
 import hashlib
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -37,8 +38,19 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_MODULE = os.path.join(HERE, "kube_build")
 CRD_DIR = os.path.join(HERE, "crds")
-# Go flags of the lean build: no file paths or symbol tables in the binary, read-only modules.
-GO_BUILD_FLAGS = ["-trimpath", "-ldflags=-s -w"]
+VERSION_PACKAGE = "k8s.io/component-base/version"
+
+
+def go_build_flags() -> list[str]:
+    """The lean build: no file paths, symbol tables or debug information in the binary; the
+    release stamped in as Kubernetes' own build does (else it reports v0.0.0-master)."""
+    version = kubernetes_version()
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamps = [f"gitVersion={version}", f"gitMajor={major}", f"gitMinor={minor}"]
+    ldflags = " ".join(["-s", "-w", *(f"-X {VERSION_PACKAGE}.{stamp}" for stamp in stamps)])
+    return ["-trimpath", f"-ldflags={ldflags}"]
+
+
 ADMIN_USER = "tfx-scaleout-test-admin"
 
 
@@ -88,43 +100,56 @@ def _go() -> str:
     return go
 
 
+# What the tests run: the API server, and kube-controller-manager for its garbage collector.
+TOOLS = ("kube-apiserver", "kube-controller-manager")
+
+
 @dataclasses.dataclass(frozen=True)
 class Built:
-    path: str
-    # Seconds the build took in this process; 0.0 when the cached binary was used.
+    paths: dict[str, str]  # tool -> binary
+    # Seconds the build took in this process; 0.0 when the cached binaries were used.
     seconds: float
 
 
-def build(tool: str = "kube-apiserver", say=lambda line: None) -> Built:
-    """The binary of k8s.io/kubernetes/cmd/<tool>: cached, else built (under a lock, so that
-    two test sessions on one machine build it once)."""
+def build(tools: tuple[str, ...] = TOOLS, say=lambda line: None) -> Built:
+    """The binaries of k8s.io/kubernetes/cmd/<tool>: cached, else built by one `go build`
+    (its packages compiled once for all tools, the links in parallel), under a lock so that two
+    test sessions on one machine build them once."""
     folder = cache_dir()
-    binary = os.path.join(folder, tool)
-    if os.access(binary, os.X_OK):
-        return Built(binary, 0.0)
+    paths = {tool: os.path.join(folder, tool) for tool in tools}
+
+    def cached() -> bool:
+        return all(os.access(path, os.X_OK) for path in paths.values())
+
+    if cached():
+        return Built(paths, 0.0)
     go = _go()
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, f".{tool}.lock"), "w") as lock:
+    with open(os.path.join(folder, ".build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.access(binary, os.X_OK):
-            return Built(binary, 0.0)
-        say(f"tests: building {tool} {kubernetes_version()} from source (once per machine)")
+        if cached():
+            return Built(paths, 0.0)
+        say(f"tests: building {', '.join(tools)} {kubernetes_version()} from source (once)")
         started = time.monotonic()
-        partial = f"{binary}.partial"
+        partial = os.path.join(folder, ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        os.makedirs(partial)
         flags = f"{os.environ.get('GOFLAGS', '')} -mod=readonly -modcacherw".strip()
-        env = dict(os.environ, GOFLAGS=flags)
+        packages = [f"k8s.io/kubernetes/cmd/{tool}" for tool in tools]
         result = subprocess.run(
-            [go, "build", *GO_BUILD_FLAGS, "-o", partial, f"k8s.io/kubernetes/cmd/{tool}"],
+            [go, "build", *go_build_flags(), "-o", partial + os.sep, *packages],
             cwd=BUILD_MODULE,
-            env=env,
+            env=dict(os.environ, GOFLAGS=flags),
             capture_output=True,
             text=True,
         )
         if result.returncode != 0:
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-            raise RuntimeError(f"go build of {tool} failed:\n{tail}")
-        os.replace(partial, binary)
-        return Built(binary, time.monotonic() - started)
+            raise RuntimeError(f"go build of {', '.join(tools)} failed:\n{tail}")
+        for tool, path in paths.items():
+            os.replace(os.path.join(partial, tool), path)
+        os.rmdir(partial)
+        return Built(paths, time.monotonic() - started)
 
 
 def free_port() -> int:
@@ -214,6 +239,8 @@ class ControlPlane:
         self.port = 0
         self.ca_file = ""
         self._processes: list[tuple[str, subprocess.Popen]] = []
+        self._context: ssl.SSLContext | None = None
+        self._discovery: dict[str, dict[str, tuple[str, str, bool]]] = {}
         self._logs: list = []
 
     @property
@@ -256,6 +283,7 @@ class ControlPlane:
                 f"--initial-cluster=test=http://127.0.0.1:{etcd_peer}",
             ],
         )
+        self._wait_etcd(etcd_client, timeout)
         self.ca_file, serving_key = write_serving_certificate(self.folder)
         account_key = write_service_account_key(self.folder)
         tokens = os.path.join(self.folder, "tokens.csv")
@@ -281,6 +309,8 @@ class ControlPlane:
                 f"--service-account-signing-key-file={account_key}",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--profiling=false",
+                # The "kubernetes" Service's endpoint would be 127.0.0.1, which it may not be.
+                "--endpoint-reconciler-type=none",
             ],
         )
         self._wait_ready(timeout)
@@ -300,6 +330,26 @@ class ControlPlane:
                 ],
             )
 
+    def _wait_etcd(self, port: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_running()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as health:
+                    if json.loads(health.read()).get("health") == "true":
+                        return
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"etcd not healthy after {timeout:.0f}s:\n{self.log_tail('etcd')}")
+
+    def _check_running(self) -> None:
+        for name, process in self._processes:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
+                )
+
     def _wait_ready(self, timeout: float) -> None:
         context = ssl.create_default_context(cafile=self.ca_file)
         request = urllib.request.Request(
@@ -308,11 +358,7 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            for name, process in self._processes:
-                if process.poll() is not None:
-                    raise RuntimeError(
-                        f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
-                    )
+            self._check_running()
             try:
                 with urllib.request.urlopen(request, context=context, timeout=5) as response:
                     if response.status == 200:
@@ -385,24 +431,64 @@ class ControlPlane:
             yaml.safe_dump(config, handle)
         return path
 
-    def dynamic(self, token: str | None = None):
-        """A kubernetes DynamicClient: any object by apiVersion and kind (CRDs included)."""
-        from kubernetes.dynamic import DynamicClient
+    # --- objects by apiVersion and kind, as the admin (plain REST: CRDs are ~1 MB each) -------
 
-        return DynamicClient(self.api_client(token))
+    def request(self, method: str, path: str, body: dict | None = None) -> dict:
+        """One call as the cluster admin; an error status raises the kubernetes client's
+        ApiException (status, reason, body), as the client's own calls do."""
+        from kubernetes.client.exceptions import ApiException
+
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.admin_token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        call = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(call, context=self._ssl(), timeout=60) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            failure = ApiException(status=error.code, reason=error.reason)
+            failure.body = error.read().decode(errors="replace")
+            raise failure from None
+
+    def _ssl(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = ssl.create_default_context(cafile=self.ca_file)
+        return self._context
+
+    def resource_path(self, api_version: str, kind: str, namespace: str = "") -> str:
+        """The collection path of `kind` (namespaced ones in `namespace`), from the server's
+        discovery document of its group version (read once)."""
+        if api_version not in self._discovery:
+            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            resources = self.request("GET", prefix)["resources"]
+            self._discovery[api_version] = {
+                r["kind"]: (prefix, r["name"], r["namespaced"])
+                for r in resources
+                if "/" not in r["name"]
+            }
+        prefix, plural, namespaced = self._discovery[api_version][kind]
+        if namespaced:
+            assert namespace, f"{kind} is namespaced: name its namespace"
+            return f"{prefix}/namespaces/{namespace}/{plural}"
+        return f"{prefix}/{plural}"
+
+    def is_namespaced(self, api_version: str, kind: str) -> bool:
+        self.resource_path(api_version, kind, "-")
+        return self._discovery[api_version][kind][2]
 
     def apply(self, document: dict, namespace: str = "", dry_run: bool = False) -> dict:
-        """Creates `document` (in `namespace` when it is namespaced and names none) as the
-        admin; returns the object the server stored (or would store: server-side dry run)."""
-        resource = self.dynamic().resources.get(
-            api_version=document["apiVersion"], kind=document["kind"]
-        )
-        options: dict = {"body": document}
-        if resource.namespaced:
-            options["namespace"] = document["metadata"].get("namespace") or namespace
-        if dry_run:
-            options["query_params"] = [("dryRun", "All")]
-        return resource.create(**options).to_dict()
+        """Creates `document` (in `namespace` when it is namespaced and names none); returns
+        the object the server stored (or would store: server-side dry run)."""
+        where = document["metadata"].get("namespace") or namespace
+        path = self.resource_path(document["apiVersion"], document["kind"], where)
+        return self.request("POST", path + ("?dryRun=All" if dry_run else ""), document)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict:
+        return self.request("GET", f"{self.resource_path(api_version, kind, namespace)}/{name}")
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict:
+        return self.request("DELETE", f"{self.resource_path(api_version, kind, namespace)}/{name}")
 
 
 def install_crds(plane: ControlPlane, timeout: float = 60.0) -> list[str]:
@@ -414,18 +500,16 @@ def install_crds(plane: ControlPlane, timeout: float = 60.0) -> list[str]:
         if not file_name.endswith(".yaml"):
             continue
         with open(os.path.join(CRD_DIR, file_name)) as handle:
-            crd = yaml.safe_load(handle)
+            crd = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         plane.apply(crd)
         names.append(crd["metadata"]["name"])
-    crds = plane.dynamic().resources.get(
-        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
-    )
     deadline = time.monotonic() + timeout
     pending = set(names)
     while pending and time.monotonic() < deadline:
         for name in sorted(pending):
-            conditions = (crds.get(name=name).to_dict().get("status") or {}).get("conditions")
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions or []):
+            crd = plane.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 pending.discard(name)
         if pending:
             time.sleep(0.2)

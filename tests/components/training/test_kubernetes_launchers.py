@@ -277,8 +277,10 @@ class Operator:
                     },
                 },
             )
-        body = pod(name, phase, {}, container=self.flavor.worker_container, **state)
-        self.core.patch_namespaced_pod_status(name, self.namespace, {"status": body["status"]})
+        status = pod(name, phase, {}, container=self.flavor.worker_container, **state)["status"]
+        # A status patch merges: once scheduled, the scheduler's condition says so.
+        status.setdefault("conditions", [{"type": "PodScheduled", "status": "True"}])
+        self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
 
     def warn(self, pod_name: str, reason: str, message: str) -> None:
         event = warning(pod_name, reason, message)
@@ -654,6 +656,32 @@ def test_the_role_allows_the_launcher_and_refuses_what_it_does_not_need(kube, te
         assert f"system:serviceaccount:{team.namespace}:{ACCOUNT}" in error.value.body
 
 
+@FLAVORS
+@pytest.mark.system_packages("etcd-server")
+@pytest.mark.slow
+def test_deleting_the_trainer_pod_garbage_collects_its_job(kube, teams, flavor, tmp_path):
+    """A cancelled KFP run deletes the Trainer's pod: kube-controller-manager's garbage
+    collector deletes the job that pod owns (the fixture runs it)."""
+    from kubernetes import client as k8s
+
+    team = teams[flavor.kind]
+    launcher, operator, _ = _launcher(kube, team, flavor, tmp_path)
+    pod = kube.apply(_trainer_pod(f"trainer-gc-{flavor.kind.lower()}"), team.namespace)
+    owner = kubernetes_job.OwnerPod(pod["metadata"]["name"], pod["metadata"]["uid"], team.namespace)
+    placement = kubernetes_job.Placement(team.namespace, ACCOUNT, owner)
+    launcher._create(
+        launcher.manifest(operator.name, SPEC, "gs://b/task.json", placement),
+        team.namespace,
+        owner,
+    )
+    assert not _deleted(kube, flavor, team.namespace, operator.name)
+    k8s.CoreV1Api(kube.api_client()).delete_namespaced_pod(owner.name, team.namespace)
+    deadline = time.monotonic() + 60
+    while not _deleted(kube, flavor, team.namespace, operator.name):
+        assert time.monotonic() < deadline, "the garbage collector left the job"
+        time.sleep(0.2)
+
+
 @pytest.mark.system_packages("etcd-server")
 @pytest.mark.slow
 def test_owner_references_that_block_deletion_need_rights_on_the_pod(kube, teams, tmp_path):
@@ -670,7 +698,7 @@ def test_owner_references_that_block_deletion_need_rights_on_the_pod(kube, teams
         launcher.custom_api.create_namespaced_custom_object(
             tfjob.GROUP, tfjob.VERSION, team.namespace, tfjob.PLURAL, manifest
         )
-    assert error.value.status == 422 and "blockOwnerDeletion" in error.value.body
+    assert error.value.status == 403 and "cannot set blockOwnerDeletion" in error.value.body
 
 
 @pytest.mark.system_packages("etcd-server")

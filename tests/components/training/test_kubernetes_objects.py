@@ -112,9 +112,8 @@ def create_as_sent(kube, document: dict, namespace: str) -> dict:
     difference = trainjob.first_difference(sent, stored)
     assert difference is None, f"{document['kind']}: the server changed {difference}"
     assert _without_server_metadata(dry) == _without_server_metadata(stored)
-    resource = kube.dynamic().resources.get(api_version=sent["apiVersion"], kind=sent["kind"])
-    if not resource.namespaced:
-        resource.delete(name=sent["metadata"]["name"])
+    if not kube.is_namespaced(sent["apiVersion"], sent["kind"]):
+        kube.delete(sent["apiVersion"], sent["kind"], sent["metadata"]["name"])
     return stored
 
 

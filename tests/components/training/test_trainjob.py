@@ -353,9 +353,7 @@ def test_a_cluster_runtime_is_read_cluster_wide(kube):
     try:
         _launcher(kube, settings).preflight(MWMS, placement)
     finally:
-        kube.dynamic().resources.get(
-            api_version=runtime["apiVersion"], kind=runtime["kind"]
-        ).delete(name="team-tf")
+        kube.delete(runtime["apiVersion"], runtime["kind"], "team-tf")
 
 
 def test_settings_survive_the_trainer_custom_config():
