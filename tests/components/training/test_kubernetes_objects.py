@@ -170,12 +170,20 @@ def _full_settings(kind: str):
 def test_the_launchers_objects_are_created_as_built(kube, kind, spec):
     """With a placement as the Trainer's pod resolves it: owner, service account."""
     namespace = _namespace(kube, f"launcher-{kind.lower()}-{spec.strategy.replace('_', '-')}")
+    # No controller creates a namespace's "default" account here: the Trainer's pod runs as this.
+    kube.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default-editor"}},
+        namespace,
+    )
     owner_pod = kube.apply(
         {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "trainer"},
-            "spec": {"containers": [{"name": "main", "image": IMAGE}]},
+            "spec": {
+                "serviceAccountName": "default-editor",
+                "containers": [{"name": "main", "image": IMAGE}],
+            },
         },
         namespace,
     )
@@ -226,11 +234,18 @@ def test_the_servers_rules_refuse_what_the_crds_forbid(kube):
         kube.apply(bad_name, namespace, dry_run=True)
     assert error.value.status == 422, error.value.body
     assert "metadata.name must match RFC 1035 DNS label format" in error.value.body
-    # A TFJob's restart policy is an enum of the CRD.
+    # The TFJob CRD's schema: a mistyped count is refused ...
     tf_job = tfjob.tfjob_manifest(
         "x", spec, ["python"], TFJobConfig(image=GPU_IMAGE, namespace=namespace)
     )
-    tf_job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"
+    tf_job["spec"]["runPolicy"]["backoffLimit"] = "3"
     with pytest.raises(ApiException) as error:
         kube.apply(tf_job, namespace, dry_run=True)
-    assert error.value.status == 422 and "restartPolicy" in error.value.body
+    assert error.value.status == 422 and "spec.runPolicy.backoffLimit" in error.value.body
+    # ... and an unknown field is pruned without a word: what create_as_sent catches.
+    tf_job["spec"]["runPolicy"]["backoffLimit"] = 3
+    tf_job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["gpu"] = 1
+    stored = kube.apply(tf_job, namespace, dry_run=True)
+    assert trainjob.first_difference(tf_job, stored) == (
+        ".spec.tfReplicaSpecs.Worker.template.spec.gpu: missing (expected 1)"
+    )
