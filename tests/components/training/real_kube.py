@@ -1,23 +1,26 @@
-"""A real Kubernetes control plane on 127.0.0.1 for the launcher tests: kube-apiserver built from
-the Kubernetes source and Debian's etcd, no kubelet, no scheduler, no controllers.
+"""A real Kubernetes control plane on 127.0.0.1 for the launcher tests: kube-apiserver and
+kube-controller-manager (its garbage collector only) built from the Kubernetes source, and
+Debian's etcd; no kubelet, no scheduler, no operators.
 
-kube-apiserver comes from a Go module build (kube_build/go.mod: k8s.io/kubernetes at a release
-tag, each staging module replaced by its published k8s.io/<module> version; go.sum pins them
-all), built with `-trimpath -ldflags='-s -w'` once per machine and kept under
+The binaries come from a Go module build (kube_build/go.mod: k8s.io/kubernetes at a release tag,
+each staging module replaced by its published k8s.io/<module> version; go.sum pins them all),
+built with `-trimpath -ldflags='-s -w'` once per machine and kept under
 ~/.cache/tfx-scaleout/kubernetes/<version>-<hash of go.mod and go.sum>/ ($XDG_CACHE_HOME
-respected). The server runs with RBAC authorization, a self-signed serving certificate for
-127.0.0.1, a static token for the test's cluster admin (group system:masters), service-account
-tokens signed by a key made per session (TokenRequest), and the OwnerReferencesPermission-
-Enforcement admission plugin (the rule blockOwnerDeletion: false avoids).
+respected; Go's own module and build caches are where `go env` says). The API server runs with
+RBAC authorization, a self-signed serving certificate for 127.0.0.1, a static token for the
+tests' cluster admin (group system:masters), service-account tokens signed by a key made per
+session (TokenRequest), and the OwnerReferencesPermissionEnforcement admission plugin (the rule
+that blockOwnerDeletion: false avoids).
 
-`ControlPlane.start` returns once /readyz answers; `stop` ends both processes (the fixture calls
-it whatever happened). What the API server logs is kept in the session's directory and its
-tail is put into the error when it does not come up.
+`ControlPlane.start` returns once etcd is healthy and /readyz answers; `stop` ends every process
+it started (the fixture calls it whatever happened). Each process logs to a file in the
+session's directory; its tail goes into the error when it does not come up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import datetime
 import fcntl
@@ -28,6 +31,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -39,6 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_MODULE = os.path.join(HERE, "kube_build")
 CRD_DIR = os.path.join(HERE, "crds")
 VERSION_PACKAGE = "k8s.io/component-base/version"
+ADMIN_USER = "tfx-scaleout-test-admin"
 
 
 def go_build_flags() -> list[str]:
@@ -49,9 +54,6 @@ def go_build_flags() -> list[str]:
     stamps = [f"gitVersion={version}", f"gitMajor={major}", f"gitMinor={minor}"]
     ldflags = " ".join(["-s", "-w", *(f"-X {VERSION_PACKAGE}.{stamp}" for stamp in stamps)])
     return ["-trimpath", f"-ldflags={ldflags}"]
-
-
-ADMIN_USER = "tfx-scaleout-test-admin"
 
 
 class Unavailable(RuntimeError):
@@ -186,40 +188,43 @@ def write_serving_certificate(folder: str) -> tuple[str, str]:
         .sign(key, hashes.SHA256())
     )
     cert_path = os.path.join(folder, "serving.crt")
-    key_path = os.path.join(folder, "serving.key")
     with open(cert_path, "wb") as handle:
         handle.write(certificate.public_bytes(serialization.Encoding.PEM))
-    with open(key_path, "wb") as handle:
-        handle.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-    return cert_path, key_path
+    return cert_path, _write_key(os.path.join(folder, "serving.key"), key)
 
 
 def write_service_account_key(folder: str) -> str:
-    from cryptography.hazmat.primitives import serialization
+    """The key that signs (and verifies) service-account tokens."""
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    path = os.path.join(folder, "service-accounts.key")
-    with open(path, "wb") as handle:
-        handle.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+    return _write_key(os.path.join(folder, "service-accounts.key"), key)
+
+
+def _write_key(path: str, key) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+        handle.write(pem)
     return path
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, even when it is killed
+    (no finalizer runs then), so no server outlives its session."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class ControlPlane:
-    """etcd + kube-apiserver in `folder`; `client(token)` talks to it through the kubernetes
-    client, as the cluster admin by default."""
+    """etcd, kube-apiserver and (given its binary) kube-controller-manager, their files in
+    `folder`. `api_client(token)` is a kubernetes client for it (the cluster admin's without a
+    token); `apply`, `get`, `delete` and `request` call it as the admin."""
 
     def __init__(
         self,
@@ -238,7 +243,8 @@ class ControlPlane:
         self.admin_token = secrets.token_hex(16)
         self.port = 0
         self.ca_file = ""
-        self._processes: list[tuple[str, subprocess.Popen]] = []
+        # name -> process, in start order (kept after stop, for inspection).
+        self.processes: dict[str, subprocess.Popen] = {}
         self._context: ssl.SSLContext | None = None
         self._discovery: dict[str, dict[str, tuple[str, str, bool]]] = {}
         self._logs: list = []
@@ -251,9 +257,13 @@ class ControlPlane:
         log = open(os.path.join(self.folder, f"{name}.log"), "wb")  # noqa: SIM115 (kept open)
         self._logs.append(log)
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
-        self._processes.append((name, process))
+        self.processes[name] = process
         return process
 
     def log_tail(self, name: str, lines: int = 25) -> str:
@@ -344,7 +354,7 @@ class ControlPlane:
         raise RuntimeError(f"etcd not healthy after {timeout:.0f}s:\n{self.log_tail('etcd')}")
 
     def _check_running(self) -> None:
-        for name, process in self._processes:
+        for name, process in self.processes.items():
             if process.poll() is not None:
                 raise RuntimeError(
                     f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
@@ -374,7 +384,7 @@ class ControlPlane:
     def stop(self) -> None:
         """In reverse start order (the controllers, the API server, etcd); each given 10 s to
         exit on SIGTERM, then killed."""
-        for _, process in reversed(self._processes):
+        for process in reversed(self.processes.values()):
             if process.poll() is None:
                 process.terminate()
                 try:
@@ -382,7 +392,6 @@ class ControlPlane:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-        self._processes.clear()
         for log in self._logs:
             with contextlib.suppress(OSError):
                 log.close()

@@ -1,3 +1,10 @@
+// The Kubernetes binaries the launcher tests run (tests/components/training/real_kube.py builds
+// k8s.io/kubernetes/cmd/kube-apiserver and kube-controller-manager from here). k8s.io/kubernetes
+// is not meant to be a dependency: its go.mod requires its staging modules at v0.0.0 and points
+// them at ./staging, so each one is replaced below by its published release (v1.X.Y -> v0.X.Y).
+// To move to another release: change the version on the require line and in every replace line
+// (the list of staging modules is the replace block of that release's go.mod), then run
+// `go mod tidy`; the tests rebuild the binaries because the cache key hashes go.mod and go.sum.
 module tfx-scaleout/tests/kube-build
 
 go 1.24.0
