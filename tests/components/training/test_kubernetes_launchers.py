@@ -10,7 +10,9 @@ polls. Covered: placement in the Trainer pod's namespace with its service accoun
 reference to that real Pod object, progress, a failed worker's reason and event, image pull
 errors, the deadline (the operator's and the launcher's own), SIGTERM deleting the job from a
 launcher that found its credentials in a kubeconfig, a retried Trainer adopting the job, a job
-in another namespace, and the calls outside the role refused.
+in another namespace, the garbage collector (kube-controller-manager's) deleting the job with
+the Trainer's pod, the admission rule that blockOwnerDeletion: false avoids, and the calls
+outside the role refused.
 
 What needs a kubelet (a failed pod's log line) or a cluster without the CRDs (the missing
 operator message) runs against the fake API (fake_kube.py) at the end of the file."""
