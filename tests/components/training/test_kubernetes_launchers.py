@@ -35,6 +35,7 @@ import yaml
 
 from components import PROGRESS_LOGGER
 from components.training import cluster, kubernetes_job, tfjob, trainjob
+from components.training import loop as training_loop
 from components.training.loop import TrainTask
 from components.training.settings import GpuPool, TFJobConfig, TrainingConfig, TrainJobConfig
 from tests.components.training.fake_kube import owner_pod, pod, warning
@@ -793,3 +794,43 @@ def test_missing_operator_says_what_to_install(fake_kube, flavor, tmp_path):
     launcher = _fake_launcher(fake_kube, flavor, tmp_path)
     with pytest.raises(cluster.ClusterError, match=re.escape(f"install {launcher.OPERATOR}")):
         launcher.run(SPEC, _task(tmp_path, flavor))
+
+
+@FLAVORS
+@pytest.mark.system_packages("etcd-server")
+@pytest.mark.slow
+def test_a_user_run_fn_runs_in_every_pod_of_the_job(kube, teams, flavor, tmp_path):
+    """A user's run_fn on a multi-worker strategy (components.tfx_components.trainer): the same
+    job, every pod running the task entry point on a RunFnTask, which carries the staged user
+    module and TFX's artifacts, so each pod rebuilds FnArgs and calls the function."""
+    import json
+
+    from components import user_code
+    from components.training.run_fn_task import RunFnTask
+
+    team = teams[flavor.kind]
+    launcher, operator, train_task = _launcher(kube, team, flavor, tmp_path)
+    module = user_code.UserModule("mine", "gs://bucket/root/_user_code/abc", "abc", "mine.py")
+    task = RunFnTask(
+        run_fn="mine.run_fn",
+        input_dict=json.dumps({"examples": []}),
+        output_dict=json.dumps({"model": []}),
+        exec_properties=json.dumps({"custom_config": '{"hidden": [4]}'}),
+        model_run_dir=train_task.model_run_dir,
+        user_module=module.to_json(),
+        settings=train_task.settings,
+    )
+    operator.script(
+        (flavor.running, [("Running", {}), ("Running", {})]),
+        (flavor.succeeded, [("Succeeded", {}), ("Succeeded", {})]),
+    )
+    launcher.run(SPEC, task)
+
+    task_file = str(tmp_path / "run" / flavor.kind.lower() / "task.json")
+    assert training_loop.load_task(task_file) == task
+    # Every pod reads that file: the TFJob's command names it, the TrainJob's pods get it in
+    # TASK_ENV for the runtime's command (components.training.run_task).
+    stored = yaml.safe_dump(operator.job)
+    assert task_file in stored
+    if flavor is TFJOB:
+        assert "components.training.run_task" in stored
