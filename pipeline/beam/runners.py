@@ -32,7 +32,13 @@ import sys
 import tempfile
 
 from pipeline import PROJECT_ROOT
-from pipeline.config import BEAM_RUNNERS, PORTABLE_ENVIRONMENTS, BeamConfig, ConfigError
+from pipeline.config import (
+    BEAM_RUNNERS,
+    FLINK_VERSIONS,
+    PORTABLE_ENVIRONMENTS,
+    BeamConfig,
+    ConfigError,
+)
 
 
 def add_flags(parser: argparse.ArgumentParser, local: bool = True) -> None:
@@ -85,6 +91,21 @@ def add_flags(parser: argparse.ArgumentParser, local: bool = True) -> None:
     group.add_argument(
         "--beam_parallelism", type=int, default=0, help="Flink parallelism (0: the cluster's)"
     )
+    group.add_argument(
+        "--beam_job_server_jar",
+        default="",
+        metavar="FILE",
+        help="flink, spark with a master: the Beam job server jar Beam starts (default: Beam "
+        "downloads its own from Maven Central); `python -m pipeline.beam.engines fetch` "
+        "caches one for Flink",
+    )
+    group.add_argument(
+        "--flink_version",
+        default="",
+        choices=("", *FLINK_VERSIONS),
+        help="the Flink version of the job server (Beam's default: 1.18); checked against "
+        "the cluster's before the run",
+    )
     group.add_argument("--dataflow_project", default="", help="Google Cloud project")
     group.add_argument("--dataflow_region", default="", help="Dataflow region, e.g. us-central1")
     group.add_argument(
@@ -135,6 +156,12 @@ def beam_config(args: argparse.Namespace, direct: BeamConfig) -> BeamConfig:
                 f"invalid configuration: beam.extra_packages {package!r} (--beam_extra_package) "
                 "is not a file; build the wheel or sdist first"
             )
+    jar = args.beam_job_server_jar
+    if jar and local and not os.path.isfile(jar):
+        raise ConfigError(
+            f"invalid configuration: beam.job_server_jar {jar!r} (--beam_job_server_jar) is not "
+            "a file; `python -m pipeline.beam.engines fetch` caches Beam's Flink job server"
+        )
     config = dataclasses.replace(
         direct,
         runner=args.beam_runner,
@@ -144,6 +171,8 @@ def beam_config(args: argparse.Namespace, direct: BeamConfig) -> BeamConfig:
         environment_type=args.beam_environment_type,
         environment_config=args.beam_environment_config,
         parallelism=args.beam_parallelism,
+        job_server_jar=os.path.abspath(jar) if jar and local else jar,
+        flink_version=args.flink_version,
         project=args.dataflow_project,
         region=args.dataflow_region,
         temp_location=args.dataflow_temp_location,
