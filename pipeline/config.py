@@ -15,6 +15,9 @@ from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
 
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "portable", "flink", "spark", "dataflow")
+# How long a Flink job keeps an idle SDK worker for its next stage (Beam's
+# --environment_cache_millis; Beam's default 0 boots one per stage).
+ENVIRONMENT_CACHE_MILLIS = 60_000
 # The Flink versions Beam 2.59's FlinkRunner has job servers for (--flink_version).
 FLINK_VERSIONS = ("1.15", "1.16", "1.17", "1.18")
 PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
@@ -131,6 +134,9 @@ class BeamConfig:
                 args.append(f"--flink_version={self.flink_version}")
             if self.job_server_jar:
                 args.append(f"--flink_job_server_jar={self.job_server_jar}")
+            # One SDK worker for all of a job's stages rather than one per stage (where the
+            # runner's classes are on the TaskManager's class path: pipeline/beam/engines.py).
+            args.append(f"--environment_cache_millis={ENVIRONMENT_CACHE_MILLIS}")
             args += self._portable_args()
         elif self.runner == "spark":
             args = ["--runner=SparkRunner"]

@@ -30,7 +30,7 @@ def flink(tmp_path_factory):
         pytest.fail(f"could not obtain Flink: {error}", pytrace=False)
     fetched = time.monotonic()
     work = tmp_path_factory.mktemp("flink")
-    cluster = engines.FlinkCluster(home, str(work / "cluster"))
+    cluster = engines.FlinkCluster(home, str(work / "cluster"), engines.job_server_classpath(jar))
     pool = engines.WorkerPool(str(work / "worker-pool"))
     try:
         cluster.start()

@@ -14,9 +14,11 @@ import glob
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from unittest import mock
 
 import pytest
 
@@ -69,7 +71,7 @@ def _wait_for_running_job(flink, after_ms: int, timeout: float = 600) -> dict:
 def flink_run(flink, tmp_path_factory):
     """The page's Flink run in a sandbox: the first attempt with the TaskManager killed during
     Transform, then (a TaskManager started again) the same command once more."""
-    command = pages.command(PAGE, "--beam_runner flink --flink_master")
+    command = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081")
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("flink-run"))
     script = sandbox.script(command, replace=_replace(flink))
     started = time.monotonic()
@@ -339,3 +341,56 @@ def test_a_bad_cluster_setting_is_one_error_within_seconds(flink, tmp_path, chan
     assert re.fullmatch(expected + ".*", _one_error(result)), result.stderr
     assert seconds < 60, seconds
     assert not os.path.exists(tmp_path / "out" / "penguins-pipeline" / "metadata.sqlite")
+
+
+def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
+    """beam.md's `python -m pipeline.beam.engines flink &` (other ports than the page's, the
+    session's engine cache): 2 free slots, then SIGTERM stops the JVMs and the worker pool."""
+    rest, pool = engines.free_port(), engines.free_port()
+    sandbox = pages.Sandbox(tmp_path / "sandbox")
+    log_path = tmp_path / "cluster.log"
+    command = pages.command(PAGE, "python -m pipeline.beam.engines flink &")
+    with (
+        mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engines.cache_root()}),
+        open(log_path, "w") as log,
+    ):
+        replace = {"engines flink": f"engines flink --rest_port {rest} --pool_port {pool}"}
+        process = sandbox.start(command, log, replace=replace)
+    try:
+        deadline = time.monotonic() + 180
+        while "run: " not in log_path.read_text():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        overview = engines.rest_get(f"127.0.0.1:{rest}", "/overview")
+        assert (overview["taskmanagers"], overview["slots-available"]) == (1, 2), overview
+        assert overview["flink-version"] == engines.FLINK_VERSION
+        assert f"--flink_master 127.0.0.1:{rest}" in log_path.read_text()
+        children = _descendants(process.pid)
+        assert len(children) >= 3, children  # JobManager, TaskManager, worker pool
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while [p for p in children if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in children if os.path.exists(f"/proc/{p}")], log_path.read_text()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The process ids started, directly or not, by `pid` (read from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            parents.setdefault(parent, []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        for child in parents.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
