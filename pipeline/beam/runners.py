@@ -23,8 +23,8 @@ BeamConfig.validate() before anything starts. --beam_stage_project builds a whee
 from __future__ import annotations
 
 import argparse
-import atexit
 import dataclasses
+import hashlib
 import os
 import shutil
 import subprocess
@@ -192,14 +192,42 @@ PROJECT_FILES = ("pyproject.toml", "README.md")
 PROJECT_PACKAGES = ("pipeline", "components", "kubeflow")
 
 
+def source_digest(root: str = PROJECT_ROOT) -> str:
+    """sha256 over the paths and contents of what the wheel is built from."""
+    digest = hashlib.sha256()
+    paths = [os.path.join(root, name) for name in PROJECT_FILES]
+    for package in PROJECT_PACKAGES:
+        for folder, dirs, files in os.walk(os.path.join(root, package)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            paths += [os.path.join(folder, f) for f in sorted(files) if not f.endswith(".pyc")]
+    for path in paths:
+        digest.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(handle.read() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def build_project_wheel(out_dir: str | None = None, root: str = PROJECT_ROOT) -> str:
     """Builds this project's wheel (pip wheel --no-deps, offline) from a copy of its sources, so
     that nothing is written into the tree (setuptools' build/ would keep deleted files and put
-    them into later wheels); returns the wheel's path. out_dir None: a temporary directory
-    removed when this process exits."""
+    them into later wheels); returns the wheel's path. out_dir None: a directory named by the
+    sources' digest under the temporary directory, kept and reused: the wheel's path is part of
+    the Beam components' arguments, which TFX's cache keys on, so the same code gives the same
+    path (a rerun reuses what finished) and changed code a new one."""
     if out_dir is None:
-        out_dir = tempfile.mkdtemp(prefix="tfx-scaleout-wheel-")
-        atexit.register(shutil.rmtree, out_dir, True)
+        out_dir = os.path.join(tempfile.gettempdir(), "tfx-scaleout-wheels", source_digest(root))
+        built = (
+            [f for f in os.listdir(out_dir) if f.endswith(".whl")] if os.path.isdir(out_dir) else []
+        )
+        if len(built) == 1:
+            return os.path.join(out_dir, built[0])
+        partial = build_project_wheel(tempfile.mkdtemp(prefix="tfx-scaleout-wheel-"), root)
+        os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+        try:
+            os.rename(os.path.dirname(partial), out_dir)
+        except OSError:  # another run built it meanwhile
+            shutil.rmtree(os.path.dirname(partial), ignore_errors=True)
+        return build_project_wheel(None, root)
     with tempfile.TemporaryDirectory(prefix="tfx-scaleout-src-") as source:
         for name in PROJECT_FILES:
             shutil.copy2(os.path.join(root, name), source)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
+import tempfile
 
 import pytest
 from apache_beam.options import pipeline_options as beam_options
@@ -462,7 +464,9 @@ def test_flink_job_server_jar_and_version_reach_beams_options():
         "1.16",
         "/opt/beam/job-server.jar",
     )
-    assert _options(config).view_as(beam_options.PortableOptions).environment_cache_millis == "60000"
+    assert (
+        _options(config).view_as(beam_options.PortableOptions).environment_cache_millis == "60000"
+    )
 
 
 @pytest.mark.parametrize(
@@ -532,3 +536,20 @@ def test_the_launcher_manifest_keeps_lines_of_72_bytes():
     assert "Class-Path: lib/dependency-number-0.jar lib/dependency-number-1.jar" in unfolded
     assert "lib/dependency-number-39.jar\r\n" in unfolded
     assert "Main-Class: a.Main\r\n" in unfolded
+
+
+def test_the_staged_wheels_path_is_the_same_for_the_same_code(tmp_path, monkeypatch):
+    """TFX's cache keys on the Beam arguments, --extra_package=<wheel> among them: a rerun of
+    unchanged code stages the same path (and reuses what finished), changed code a new one."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first = beam_runners.build_project_wheel()
+    assert first == beam_runners.build_project_wheel()
+    assert first.startswith(str(tmp_path / "tfx-scaleout-wheels" / beam_runners.source_digest()))
+    copy = tmp_path / "tree"
+    copy.mkdir()
+    for name in (*beam_runners.PROJECT_FILES, *beam_runners.PROJECT_PACKAGES):
+        source = os.path.join(beam_runners.PROJECT_ROOT, name)
+        (shutil.copytree if os.path.isdir(source) else shutil.copy2)(source, copy / name)
+    assert beam_runners.source_digest(str(copy)) == beam_runners.source_digest()
+    (copy / "pipeline" / "extra.py").write_text("x = 1\n")
+    assert beam_runners.source_digest(str(copy)) != beam_runners.source_digest()
