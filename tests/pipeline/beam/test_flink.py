@@ -25,7 +25,11 @@ import pytest
 from pipeline.beam import engines
 from tests.docs import pages
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.e2e,
+    pytest.mark.system_packages("openjdk-17-jre-headless", "maven"),
+]
 
 PAGE = "docs/beam.md"
 # What the page's commands name, replaced by this session's cluster, pool and cache.
