@@ -10,6 +10,7 @@ found in Flink's REST API as a FINISHED job of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import math
 import os
@@ -71,6 +72,27 @@ def _wait_for_running_job(flink, after_ms: int, timeout: float = 600) -> dict:
     pytest.fail("no Flink job started for Transform")
 
 
+def _start(sandbox, script: str, stderr_path) -> subprocess.Popen:
+    """The page's command in its own process group: the job server JVMs Beam starts from it
+    are in that group too, and go with it (_stop) whatever happens to the test."""
+    with open(stderr_path, "w") as stderr:
+        return subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=sandbox.root,
+            env=sandbox.env(),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
 @pytest.fixture(scope="module")
 def flink_run(flink, tmp_path_factory):
     """The page's Flink run in a sandbox: the first attempt with the TaskManager killed during
@@ -79,35 +101,34 @@ def flink_run(flink, tmp_path_factory):
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("flink-run"))
     script = sandbox.script(command, replace=_replace(flink))
     started = time.monotonic()
-    first = subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=sandbox.root,
-        env=sandbox.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    # Transform starts after StatisticsGen; its Flink job is the first to start after that line.
-    lines = []
-    for line in first.stdout:
-        lines.append(line)
-        if "Transform started" in line:
-            break
-    else:
-        first.wait()
-        pytest.fail("the run ended before Transform:\n" + "".join(lines) + first.stderr.read())
-    transform_started_ms = int(time.time() * 1000)
-    job = _wait_for_running_job(flink, transform_started_ms - 1000)
-    time.sleep(3)  # into the job's work, not its submission
-    killed_at = time.monotonic()
-    flink.cluster.kill_taskmanager()
-    stdout, stderr = first.communicate(timeout=900)
-    failed_after_s = time.monotonic() - killed_at
-    first_s = time.monotonic() - started
-    flink.cluster.start_taskmanager()
-    started = time.monotonic()
-    second = sandbox.run(command, replace=_replace(flink), timeout=1800)
-    second_s = time.monotonic() - started
+    first = _start(sandbox, script, sandbox.root / "first.stderr")
+    second = None
+    try:
+        # Transform starts after StatisticsGen; its Flink job is the first to start after that.
+        lines = []
+        for line in first.stdout:
+            lines.append(line)
+            if "Transform started" in line:
+                break
+        else:
+            pytest.fail("the run ended before Transform:\n" + "".join(lines))
+        transform_started_ms = int(time.time() * 1000)
+        job = _wait_for_running_job(flink, transform_started_ms - 1000)
+        time.sleep(3)  # into the job's work, not its submission
+        killed_at = time.monotonic()
+        flink.cluster.kill_taskmanager()
+        stdout, _ = first.communicate(timeout=900)
+        failed_after_s = time.monotonic() - killed_at
+        first_s = time.monotonic() - started
+        flink.cluster.start_taskmanager()
+        started = time.monotonic()
+        second = _start(sandbox, script, sandbox.root / "second.stderr")
+        second_stdout, _ = second.communicate(timeout=1800)
+        second_s = time.monotonic() - started
+    finally:
+        for process in (first, second):
+            if process is not None:
+                _stop(process)
     base = sandbox.output_root / "penguins-pipeline"
     print(
         f"flink penguins: fetch {flink.fetch_s:.0f} s, cluster start {flink.start_s:.0f} s, "
@@ -116,9 +137,17 @@ def flink_run(flink, tmp_path_factory):
     )
     return {
         "first": subprocess.CompletedProcess(
-            first.args, first.returncode, "".join(lines) + stdout, stderr
+            first.args,
+            first.returncode,
+            "".join(lines) + stdout,
+            (sandbox.root / "first.stderr").read_text(),
         ),
-        "second": second,
+        "second": subprocess.CompletedProcess(
+            second.args,
+            second.returncode,
+            second_stdout,
+            (sandbox.root / "second.stderr").read_text(),
+        ),
         "killed_job": job,
         "failed_after_s": failed_after_s,
         "metadata": str(base / "metadata.sqlite"),
