@@ -30,6 +30,7 @@ BENCHMARKS = (
     ),
     ("scale_bad_input", None),
     ("portable_runner", None),
+    ("flink_runner", None),
     ("training_throughput", None),
     ("image_ingestion", None),
     ("training_input", None),

@@ -557,10 +557,9 @@ def _trace(
     if not schema_path:
         return ""
     import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import schema_pb2
     from tensorflow_transform import impl_helper
     from tensorflow_transform.tf_metadata import schema_utils
-
-    from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx.utils import io_utils
 
     # The pre-flight check has read this schema already: it parses.

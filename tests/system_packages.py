@@ -39,6 +39,10 @@ PACKAGES: dict[str, SystemPackage] = {
     "etcd-server": SystemPackage(
         "etcd-server", ("etcd",), "stores the state of the tests' kube-apiserver"
     ),
+    "openjdk-17-jre-headless": SystemPackage(
+        "openjdk-17-jre-headless", ("java",), "runs Flink and Beam's Flink job server"
+    ),
+    "maven": SystemPackage("maven", ("mvn",), "resolves Beam's Flink job server jars"),
 }
 
 # Debian installs daemons such as mariadbd in sbin, which a user's PATH often lacks.
