@@ -30,7 +30,7 @@ from tfx.components.transform import labels
 from tfx.types import standard_component_specs
 from tfx_bsl.tfxio import tf_example_record
 
-from components import compat
+from components import compat, user_code
 from components.records import arrow_coder, bulk_tfrecord
 
 DEFAULT_NUM_SHARDS = 4
@@ -159,6 +159,8 @@ class Executor(tfx_transform_executor.Executor):
     custom_config['batch_size'] the rows per batch."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 (TFX API)
+        # A user's preprocessing_fn: its staged module importable here and in the SDK workers.
+        user_code.prepare_beam_executor(self, exec_properties)
         processor = functools.partial(
             ShardedTransformProcessor,
             num_output_shards(exec_properties),
