@@ -12,8 +12,11 @@ pool for the Trainer, the Beam runner's arguments, and (multi-worker strategies)
 a Training Operator v1 TFJob or a Kubeflow Trainer v2 TrainJob (--launcher); manifests: the
 Kubernetes objects that launcher would create, as YAML. Tabular (penguins in the image, or
 --data_root/--label) or images (--dataset digits in the image, or --images with a curated
-schema). deploy: upload (a new version when the pipeline
-exists), optionally start a run and follow it. Credentials only from the environment
+schema). Your own code (--module_file, --preprocessing_fn, --run_fn, --model_fn,
+--custom_config, --eval_config) is checked as run_local.py checks it and the module staged under
+<pipeline_root>/_user_code/<digest>/ (or --user_code_root), where the pods import it from; an
+edit is a recompile, not an image rebuild (docs/kubeflow.md). deploy: upload (a new version
+when the pipeline exists), optionally start a run and follow it. Credentials only from the environment
 (KF_PIPELINES_TOKEN, kubeconfig).
 """
 
