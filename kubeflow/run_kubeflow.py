@@ -16,8 +16,8 @@ schema). Your own code (--module_file, --preprocessing_fn, --run_fn, --model_fn,
 --custom_config, --eval_config) is checked as run_local.py checks it and the module staged under
 <pipeline_root>/_user_code/<digest>/ (or --user_code_root), where the pods import it from; an
 edit is a recompile, not an image rebuild (docs/kubeflow.md). deploy: upload (a new version
-when the pipeline exists), optionally start a run and follow it. Credentials only from the environment
-(KF_PIPELINES_TOKEN, kubeconfig).
+when the pipeline exists), optionally start a run and follow it. Credentials only from the
+environment (KF_PIPELINES_TOKEN, kubeconfig).
 """
 
 from __future__ import annotations
