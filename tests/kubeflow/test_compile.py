@@ -37,7 +37,7 @@ EXECUTORS = {
     "Evaluator": "components.tfx_components.evaluator.executor.Executor",
     "Transform": "components.tfx_components.transform.executor.Executor",
     "ExampleValidator": "components.tfx_components.validation.executor.Executor",
-    "Trainer": "tfx.components.trainer.executor.GenericExecutor",
+    "Trainer": "components.tfx_components.trainer.executor.Executor",
 }
 
 
