@@ -76,11 +76,7 @@ def _local_copy(user_module: UserModule) -> str:
     if os.path.isfile(os.path.join(target, MANIFEST_FILE)):
         return target
     if not tf.io.gfile.exists(f"{user_module.uri}/{MANIFEST_FILE}"):
-        raise FileNotFoundError(
-            f"the user module {user_module.module} ({user_module.source or 'module_file'}) is "
-            f"not staged at {user_module.uri} (removed since the pipeline was compiled?): "
-            "compile or run the pipeline again, which stages it"
-        )
+        raise _not_staged(user_module)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=f"{user_module.digest}-", dir=os.path.dirname(target))
     for directory, _, files in tf.io.gfile.walk(user_module.uri):
@@ -95,6 +91,14 @@ def _local_copy(user_module: UserModule) -> str:
     return target
 
 
+def _not_staged(user_module: UserModule) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"the user module {user_module.module} ({user_module.source or 'module_file'}) is "
+        f"not staged at {user_module.uri} (removed since the pipeline was compiled?): "
+        "compile or run the pipeline again, which stages it"
+    )
+
+
 def module_names(directory: str) -> list[str]:
     with open(os.path.join(directory, MANIFEST_FILE), encoding="utf-8") as handle:
         return list(json.load(handle)["modules"])
@@ -106,6 +110,8 @@ def activate(user_module: UserModule | None) -> str | None:
     if user_module is None:
         return None
     directory = _local_copy(user_module)
+    if not os.path.isfile(os.path.join(directory, MANIFEST_FILE)):
+        raise _not_staged(user_module)
     names = module_names(directory)
     for name in list(sys.modules):
         if name.split(".")[0] in {n.split(".")[0] for n in names}:

@@ -53,9 +53,11 @@ def test_a_module_staged_on_a_file_system_uri_is_copied_to_local_disk(tmp_path, 
             sys.modules.pop(name, None)
 
 
-def test_a_staged_module_that_is_gone_says_so(tmp_path):
-    gone = user_code.UserModule(module="m", uri=f"file://{tmp_path}/nothing", digest="d" * 16)
-    with pytest.raises(FileNotFoundError, match="not staged at file://.*compile or run"):
+@pytest.mark.parametrize("scheme", ["file://", ""])
+def test_a_staged_module_that_is_gone_says_so(tmp_path, scheme):
+    """On an object store, or on a volume (a local path in the pod)."""
+    gone = user_code.UserModule(module="m", uri=f"{scheme}{tmp_path}/nothing", digest="d" * 16)
+    with pytest.raises(FileNotFoundError, match="m .* is not staged at .*compile or run"):
         user_code.activate(gone)
 
 
