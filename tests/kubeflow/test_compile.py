@@ -167,6 +167,8 @@ def test_beam_components_get_the_flink_args(flink_gpu):
         "--runner=FlinkRunner",
         "--flink_master=flink-jobmanager:8081",
         "--parallelism=4",
+        # One SDK harness per job, not per stage (pipeline.beam.runners).
+        "--environment_cache_millis=60000",
         "--environment_type=DOCKER",
         f"--environment_config={IMAGE}",
     ]
