@@ -112,9 +112,9 @@ def activate(user_module: UserModule | None) -> str | None:
     directory = _local_copy(user_module)
     if not os.path.isfile(os.path.join(directory, MANIFEST_FILE)):
         raise _not_staged(user_module)
-    names = module_names(directory)
+    tops = {name.split(".")[0] for name in module_names(directory)}
     for name in list(sys.modules):
-        if name.split(".")[0] in {n.split(".")[0] for n in names}:
+        if name.split(".")[0] in tops:
             module = sys.modules[name]
             if not (getattr(module, "__file__", "") or "").startswith(directory + os.sep):
                 del sys.modules[name]
