@@ -42,7 +42,6 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from components import ConfigError
 from components.ml import features
 from components.user_code import MANIFEST_FILE, UserModule
 from pipeline import fingerprints
@@ -787,18 +786,3 @@ def describe(user: UserCode) -> list[str]:
     if user.module_path:
         lines.append(f"module {user.module_file}: {len(user.files)} file(s), digest {user.digest}")
     return lines
-
-
-def check_custom_config_keys(user: UserCode, reserved: set[str]) -> None:
-    clash = sorted(set(user.custom_config_dict()) & reserved)
-    if clash:
-        raise ConfigError(
-            f"--custom_config: key(s) {clash} are the project's own settings (set them by their "
-            "flags); rename them"
-        )
-
-
-def ast_digest(path: str) -> str:
-    """Digest of one file's syntax tree (comments and formatting do not count)."""
-    with open(path, encoding="utf-8") as handle:
-        return hashlib.sha256(ast.dump(ast.parse(handle.read())).encode()).hexdigest()[:16]
