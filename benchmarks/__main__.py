@@ -4,10 +4,11 @@
 
 Each benchmark module exposes run(quick) -> list[common.Row]. --quick (under 10 minutes on a
 2-core machine) runs the scale benchmark at 200,000 rows, the wide-table Transform at 10 and 80
-columns only, the training input check with fewer steps and no per-strategy runs, and skips
-the penguin-vs-TFX-example comparison (two cold and two warm full pipeline runs, about 7
-minutes on its own). scale_memory (the whole pipeline at 1M, 3M
-and 10M rows) is full-size only. Modules that do not exist yet are reported as skipped.
+columns only, the training input check with fewer steps and no per-strategy runs, the
+module_file handling of user_module without its pipeline runs, and skips the penguin-vs-TFX-
+example comparison (two cold and two warm full pipeline runs, about 7 minutes on its own).
+scale_memory (the whole pipeline at 1M, 3M and 10M rows) is full-size only. Modules that do not
+exist yet are reported as skipped.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ BENCHMARKS = (
     ("scale_bad_input", None),
     ("wide_transform", None),
     ("portable_runner", None),
+    ("flink_runner", None),
     ("training_throughput", None),
     ("image_ingestion", None),
     ("training_input", None),
     ("cache_fingerprint", None),
     ("mlmd_inspect", None),
+    ("user_module", None),
     ("penguin_vs_tfx_example", "two cold and two warm full pipeline runs, about 7 minutes"),
 )
 

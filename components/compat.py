@@ -104,7 +104,7 @@ def tfexample_record_decoding_schema(tfxio):
 _LOCAL_RUNNERS = frozenset({"DirectRunner", "direct", "SwitchingDirectRunner"})
 
 
-def _runs_locally(beam_pipeline_args: list[str]) -> bool:
+def runs_locally(beam_pipeline_args: list[str]) -> bool:
     """The DirectRunner, or any portable runner with the LOOPBACK environment (its SDK harness
     runs in this process)."""
     from apache_beam.options.pipeline_options import (
@@ -136,9 +136,20 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
     stock = dependency_utils.make_beam_dependency_flags
 
     def dependency_flags(beam_pipeline_args):
-        if _runs_locally(beam_pipeline_args):
+        if runs_locally(beam_pipeline_args):
             return beam_pipeline_args
         return stock(beam_pipeline_args)
 
     with mock.patch.object(dependency_utils, "make_beam_dependency_flags", dependency_flags):
         yield
+
+
+def beam_pipeline_args(executor) -> list[str]:
+    """The Beam pipeline arguments a TFX Beam executor (BaseBeamExecutor) builds its pipeline
+    with, which TFX keeps in a protected attribute and its own executors extend in Do() (the
+    wheels of a module_file); TFX has no public setter."""
+    return list(executor._beam_pipeline_args or [])  # noqa: SLF001
+
+
+def set_beam_pipeline_args(executor, args: list[str]) -> None:
+    executor._beam_pipeline_args = list(args)  # noqa: SLF001

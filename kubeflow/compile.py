@@ -32,6 +32,7 @@ import dataclasses
 import json
 import os
 import re
+from typing import Any
 
 from components.ml import features
 from components.training.settings import GPU_RESOURCE, LocalLauncherConfig
@@ -78,6 +79,34 @@ def image_path(local_path: str) -> str:
         "schemas go under schemas/<dataset>/ (shipped in the image), data under an "
         "object-store URI (gs://, s3://) or a path on a volume mounted in the pods"
     )
+
+
+def local_path(path_in_image: str) -> str:
+    """The inverse of image_path(): this machine's copy of a file the image carries (the
+    project's schemas, installed packages); other paths as they are."""
+    for prefix, local in (
+        (f"{IMAGE_PROJECT_DIR}/schemas", datasets.SCHEMAS_DIR),
+        (IMAGE_SITE_PACKAGES, _site_packages()),
+    ):
+        if path_in_image.startswith(prefix + "/"):
+            return local + path_in_image[len(prefix) :]
+    return path_in_image
+
+
+def known_rows(choice: flags.DatasetChoice) -> int | None:
+    """The rows of an embedded dataset, which this machine has (what a user's run_fn gets
+    its fn_args.train_steps from); None for users' data, which only the pods read."""
+    from pipeline import preflight
+    from pipeline.datasets import images
+
+    if choice.kind == datasets.DIGITS:
+        return images.DIGITS_COUNT
+    if choice.kind == datasets.PENGUINS:
+        facts = preflight.check_dataset(
+            datasets.local_dataset(choice, ""), choice.delimiter, choice.keep_columns
+        )
+        return facts.rows - facts.rows_without_label
+    return None
 
 
 def _site_packages() -> str:
@@ -390,6 +419,62 @@ def add_example_gen_driver(
     return driver
 
 
+def user_code_root(given: str | None, config: PipelineConfig, kubeflow: KubeflowConfig) -> str:
+    """Where compile stages the user's module (pipeline.user_code.stage): --user_code_root, else
+    <pipeline_root>/_user_code. The pods read it, so it is gs:// or a path on the volume
+    (--pvc_name at --mount_path); and this machine writes it, so a volume path needs the volume
+    mounted here at the same path (a notebook or job pod of the cluster)."""
+    from pipeline import user_code
+
+    root = (given or user_code.staging_root(config.pipeline_root)).rstrip("/")
+    if root.startswith(S3_SCHEMES) or not (
+        OBJECT_STORE_ROOT.match(root) or _on_volume(root, kubeflow)
+    ):
+        where = f", or a path under --mount_path {kubeflow.mount_path}" if kubeflow.pvc_name else ""
+        raise ConfigError(
+            f"invalid --user_code_root {root}: every pod imports --module_file from there, so it "
+            f"is a gs:// URI (default: <pipeline_root>/{user_code.STAGING_DIR}){where}"
+        )
+    if "://" not in root and not os.path.isdir(kubeflow.mount_path):
+        raise ConfigError(
+            f"invalid --user_code_root {root}: --pvc_name {kubeflow.pvc_name} is not mounted on "
+            f"this machine at --mount_path {kubeflow.mount_path}, so compile cannot stage "
+            "--module_file there; compile where the volume is mounted at that path (a notebook "
+            "or job pod of the cluster), or drop --user_code_root to stage under the gs:// "
+            f"pipeline root ({user_code.staging_root(config.pipeline_root)})"
+        )
+    return root
+
+
+def stage_user_code(
+    config: PipelineConfig, kubeflow: KubeflowConfig, root: str | None = None
+) -> PipelineConfig:
+    """The config with the user's module staged where every pod imports it from (a new
+    directory per behaviour of the module: its digest, which is in each task's cache key)."""
+    from pipeline import user_code
+
+    if not config.user_code.module_path:
+        return config
+    target = user_code_root(root, config, kubeflow)
+    remedy = (
+        "compile writes the module there for the pods: give this machine write access (gcloud "
+        "auth application-default login, or GOOGLE_APPLICATION_CREDENTIALS for a service "
+        "account that may write the bucket), or stage it elsewhere with --user_code_root "
+        "(gs://, or a path under --mount_path where the volume is mounted here)"
+        if "://" in target
+        else f"compile writes the module there for the pods: make {target} writable here"
+    )
+    staged = user_code.stage(config.user_code, config.pipeline_root, target, remedy)
+    assert staged.modules, "stage() names the staged modules"
+    # Its file name only, for the pods' messages: the compiled pipeline (and the cache key,
+    # which has every exec property) is then the same from any checkout on any machine.
+    source = os.path.basename(staged.module_path)
+    modules = tuple(
+        (role, dataclasses.replace(module, source=source)) for role, module in staged.modules
+    )
+    return dataclasses.replace(config, user_code=dataclasses.replace(staged, modules=modules))
+
+
 def resource_spec_dict(resources: Resources) -> dict:
     from google.protobuf import json_format
 
@@ -397,9 +482,13 @@ def resource_spec_dict(resources: Resources) -> dict:
 
 
 def compile_pipeline(
-    config: PipelineConfig, kubeflow: KubeflowConfig, output_path: str
-) -> dict[str, object]:
-    """Writes the KFP pipeline file; returns the PipelineSpec (and PlatformSpec) as dicts."""
+    config: PipelineConfig,
+    kubeflow: KubeflowConfig,
+    output_path: str,
+    user_code_root: str | None = None,
+) -> dict[str, Any]:
+    """Writes the KFP pipeline file, the user's module staged first (stage_user_code) once
+    everything else is valid; returns the PipelineSpec (and PlatformSpec) as dicts."""
     import yaml
     from tfx.orchestration import data_types
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as v2
@@ -410,6 +499,7 @@ def compile_pipeline(
     config.validate()
     kubeflow.validate()
     check_storage(config, kubeflow)
+    config = stage_user_code(config, kubeflow, user_code_root)
     data_root = data_types.RuntimeParameter(
         name=DATA_ROOT_PARAMETER, ptype=str, default=config.dataset.data_root
     )
@@ -452,4 +542,5 @@ def compile_pipeline(
     os.makedirs(parent, exist_ok=True)
     with open(output_path, "w") as handle:
         yaml.safe_dump_all(documents, handle, sort_keys=True)
-    return {"pipeline_spec": pipeline_spec, "platform_spec": platform}
+    staged = config.user_code if config.user_code.modules else None
+    return {"pipeline_spec": pipeline_spec, "platform_spec": platform, "user_code": staged}

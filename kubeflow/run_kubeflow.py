@@ -12,9 +12,12 @@ pool for the Trainer, the Beam runner's arguments, and (multi-worker strategies)
 a Training Operator v1 TFJob or a Kubeflow Trainer v2 TrainJob (--launcher); manifests: the
 Kubernetes objects that launcher would create, as YAML. Tabular (penguins in the image, or
 --data_root/--label) or images (--dataset digits in the image, or --images with a curated
-schema). deploy: upload (a new version when the pipeline
-exists), optionally start a run and follow it. Credentials only from the environment
-(KF_PIPELINES_TOKEN, kubeconfig).
+schema). Your own code (--module_file, --preprocessing_fn, --run_fn, --model_fn,
+--custom_config, --eval_config) is checked as run_local.py checks it and the module staged under
+<pipeline_root>/_user_code/<digest>/ (or --user_code_root), where the pods import it from; an
+edit is a recompile, not an image rebuild (docs/kubeflow.md). deploy: upload (a new version
+when the pipeline exists), optionally start a run and follow it. Credentials only from the
+environment (KF_PIPELINES_TOKEN, kubeconfig).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from components.training.settings import (  # noqa: E402
 )
 from kubeflow import config as kf_config  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import flags, preflight  # noqa: E402
+from pipeline import flags, preflight, user_code  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
 from pipeline.local import console  # noqa: E402
 
@@ -121,6 +124,12 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         help="PVC mounted in every pod at --mount_path (data, served models, TFJob pods)",
     )
     parser.add_argument("--mount_path", default="", help="where the PVC is mounted in the pods")
+    parser.add_argument(
+        "--user_code_root",
+        default=None,
+        help="where compile stages --module_file for the pods (default: "
+        "<pipeline_root>/_user_code; or a path under --mount_path, mounted here at the same path)",
+    )
     parser.add_argument(
         "--beam_mode",
         choices=config_lib.BEAM_MODES,
@@ -352,6 +361,17 @@ def build_configs(
         accuracy_threshold=args.accuracy_threshold,
         min_regression_skill=args.min_regression_skill,
     ).validate()
+    if user_code.choice_from_args(args).given:
+        # The same checks as a local run, on this machine's copy of the schema; a user's run_fn
+        # on users' data (rows not known here) needs --train_steps and --eval_steps.
+        choice = flags.dataset_choice(args)
+        config = flags.with_user_code(
+            config,
+            args,
+            rows=compiler.known_rows(choice),
+            cache_dir=None,
+            schema_path=compiler.local_path(dataset.schema_path) if dataset.schema_path else None,
+        )
     return config, kubeflow
 
 
@@ -366,13 +386,21 @@ def run_compile(args: argparse.Namespace, out) -> int:
     absl_logging.set_verbosity(absl_logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        compiler.compile_pipeline(config, kubeflow, args.output)
+        compiled = compiler.compile_pipeline(
+            config, kubeflow, args.output, user_code_root=args.user_code_root
+        )
     out.write(
         f"compiled {config.pipeline_name} -> {args.output}\n"
         f"  Beam: {config.beam.describe()}; strategy {config.training.strategy}"
         + (f" via {type(config.training.launcher).KIND}" if config.training.needs_cluster else "")
         + f"; pipeline root {config.pipeline_root}\n"
     )
+    staged = compiled["user_code"]
+    if staged is not None:
+        for line in user_code.describe(staged):
+            out.write(f"  {line}\n")
+        for role, module in staged.modules:
+            out.write(f"  staged {staged.module_file} for the pods ({role}): {module.uri}\n")
     return 0
 
 
@@ -480,7 +508,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "manifests":
             return run_manifests(args, sys.stdout)
         return run_deploy(args, sys.stdout)
-    except (config_lib.ConfigError, preflight.InputError) as error:
+    except (config_lib.ConfigError, preflight.InputError, user_code.UserCodeError) as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT
     except deploy.DeployError as error:

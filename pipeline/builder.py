@@ -232,7 +232,7 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         example_splits=[EVAL_SPLIT],
     ).with_id("Evaluator")
     user = config.user_code
-    if user.module_name and user.module_name in evaluator.exec_properties.get("eval_config", ""):
+    if user.module_name and user.eval_modules:  # metrics of --eval_config in the user's folder
         _runs_user_module(evaluator, config, user_code.EVALUATOR)
     pusher = _pusher(config, trainer, evaluator)
     nodes = [

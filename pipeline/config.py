@@ -16,6 +16,11 @@ from pipeline.user_code import UserCode
 
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "portable", "flink", "spark", "dataflow")
+# How long a Flink job keeps an idle SDK worker for its next stage (Beam's
+# --environment_cache_millis; Beam's default 0 boots one per stage).
+ENVIRONMENT_CACHE_MILLIS = 60_000
+# The Flink versions Beam 2.59's FlinkRunner has job servers for (--flink_version).
+FLINK_VERSIONS = ("1.15", "1.16", "1.17", "1.18")
 PORTABLE_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
 # --job_endpoint of Beam's PortableRunner that starts its job service in this process.
 EMBEDDED_JOB_ENDPOINT = "embed"
@@ -98,6 +103,12 @@ class BeamConfig:
     environment_config: str = ""
     # Flink only (Spark takes spark.default.parallelism from the cluster); 0: the cluster's.
     parallelism: int = 0
+    # Flink / Spark with a master: the Beam job server jar Beam starts (`java -jar`); empty:
+    # Beam downloads its own from Maven Central. flink_version: the Flink minor version of
+    # that job server (Beam's --flink_version; empty: Beam's default), checked against the
+    # cluster's before a run.
+    job_server_jar: str = ""
+    flink_version: str = ""
     # Dataflow.
     project: str = ""
     region: str = ""
@@ -120,11 +131,20 @@ class BeamConfig:
                 args.append(f"--flink_master={self.flink_master}")
             if self.parallelism:
                 args.append(f"--parallelism={self.parallelism}")
+            if self.flink_version:
+                args.append(f"--flink_version={self.flink_version}")
+            if self.job_server_jar:
+                args.append(f"--flink_job_server_jar={self.job_server_jar}")
+            # One SDK worker for all of a job's stages rather than one per stage (where the
+            # runner's classes are on the TaskManager's class path: pipeline/beam/engines.py).
+            args.append(f"--environment_cache_millis={ENVIRONMENT_CACHE_MILLIS}")
             args += self._portable_args()
         elif self.runner == "spark":
             args = ["--runner=SparkRunner"]
             if self.spark_master_url:
                 args.append(f"--spark_master_url={self.spark_master_url}")
+            if self.job_server_jar:
+                args.append(f"--spark_job_server_jar={self.job_server_jar}")
             args += self._portable_args()
         elif self.runner == "dataflow":
             args = [
@@ -212,6 +232,30 @@ class BeamConfig:
                 bool(getattr(self, master) or self.job_endpoint),
                 f"beam.{master}",
                 f"or beam.job_endpoint must be set for the {self.runner} runner",
+            )
+        if self.job_server_jar:
+            _require(
+                self.runner in ("flink", "spark") and not self.job_endpoint,
+                "beam.job_server_jar",
+                "is the job server Beam starts for --flink_master or --spark_master_url; a "
+                "--beam_job_endpoint is a job server already running",
+            )
+            _require(
+                self.job_server_jar.endswith(".jar"),
+                "beam.job_server_jar",
+                f"must be a .jar file, got {self.job_server_jar!r}",
+            )
+        if self.flink_version:
+            _require(
+                self.runner == "flink",
+                "beam.flink_version",
+                "is a Flink option; use --beam_runner flink for it",
+            )
+            _require(
+                self.flink_version in FLINK_VERSIONS,
+                "beam.flink_version",
+                f"must be one of {FLINK_VERSIONS} (Beam 2.59's Flink job servers), got "
+                f"{self.flink_version!r}",
             )
         if self.runner in ("portable", "flink", "spark"):
             _require(

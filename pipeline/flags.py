@@ -304,16 +304,18 @@ def with_user_code(
     *,
     rows: int | None,
     cache_dir: str | None,
+    schema_path: str | None = None,
 ) -> config_lib.PipelineConfig:
     """The config with the user's code checked (pipeline.user_code.check) and, for a user's
     run_fn, fn_args.train_steps and eval_steps: --train_steps / --eval_steps, else what --epochs
-    and --batch_size make of the rows (`rows`: the data rows, None when unknown here)."""
+    and --batch_size make of the rows (`rows`: the data rows, None when unknown here).
+    schema_path: the schema on this machine when the config's is where the pods read it."""
     dataset = config.dataset
     user = user_code.check(
         user_code.choice_from_args(args),
         label_key=dataset.label_key,
         task=dataset.task,
-        schema_path=dataset.schema_path,
+        schema_path=schema_path or dataset.schema_path,
         is_images=dataset.is_images,
         image_size=dataset.image_size,
         cache_dir=cache_dir,

@@ -27,6 +27,7 @@ warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_cor
 
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import datasets, flags, preflight, user_code  # noqa: E402
+from pipeline.beam import clusters as beam_clusters  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
 from pipeline.local import console, report  # noqa: E402
 from pipeline.local import policy as local  # noqa: E402
@@ -159,6 +160,8 @@ def _main(argv: list[str] | None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             config, facts = build_config(args)
+        # Flink, Spark, a job server: there and of the right version, or one error now.
+        beam_clusters.check(config.beam)
     except (preflight.InputError, config_lib.ConfigError, user_code.UserCodeError) as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_BAD_INPUT

@@ -42,7 +42,6 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from components import ConfigError
 from components.ml import features
 from components.user_code import MANIFEST_FILE, UserModule
 from pipeline import fingerprints
@@ -122,6 +121,9 @@ class UserCode:
     role_files: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     # The transformed label's name in a user preprocessing_fn's outputs (from the trace).
     transformed_label: str = ""
+    # Modules in --module_file's folder that --eval_config's metrics name (`module:`), staged
+    # with it: the Evaluator and its Beam SDK workers import them.
+    eval_modules: tuple[str, ...] = ()
     # The staged copies (stage()), per role.
     modules: tuple[tuple[str, UserModule], ...] = ()
 
@@ -200,13 +202,14 @@ def _digest(files) -> str:
     return hashlib.sha256(json.dumps(sorted(files)).encode()).hexdigest()[:16]
 
 
-def _module_closure(module_path: str) -> tuple[str, dict[str, str]]:
-    """(import name, {path in its folder: digest}) of the module and what it imports from its
-    folder. A syntax error names the file and line."""
+def _module_closure(module_path: str, also: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+    """(import name, {path in its folder: digest}) of the module, of the modules `also` names
+    (in its folder) and of what they import from its folder. A syntax error names the file and
+    line."""
     folder, file_name = os.path.split(module_path)
     name = file_name[: -len(".py")]
     try:
-        closure = fingerprints.source_closure([name], folder, packages=None)
+        closure = fingerprints.source_closure([name, *also], folder, packages=None)
     except SyntaxError as error:
         raise UserCodeError(
             f"{error.filename}:{error.lineno}: syntax error: {error.msg}; fix the file and rerun"
@@ -354,12 +357,26 @@ def check(
         return UserCode()
     custom_config = _custom_config(choice.custom_config)
     eval_config_text = _eval_config(choice.eval_config)
+    metrics = _eval_metric_classes(eval_config_text)
     module_path = name = ""
     files: dict[str, str] = {}
+    eval_modules: tuple[str, ...] = ()
     if choice.module_file:
         module_path = _check_module_file(choice.module_file)
-        name, files = _module_closure(module_path)
-    cache_key = _cache_key(choice, files, custom_config, label_key, task, schema_path, image_size)
+        folder = os.path.dirname(module_path)
+        eval_modules = tuple(
+            sorted(
+                {
+                    module
+                    for module, _ in metrics
+                    if fingerprints.module_file(module, folder, packages=None)
+                }
+            )
+        )
+        name, files = _module_closure(module_path, eval_modules)
+    cache_key = _cache_key(
+        choice, files, custom_config, label_key, task, schema_path, image_size, metrics
+    )
     cached = _cached(cache_dir, cache_key)
     if cached is not None:
         functions, transformed_label = cached
@@ -376,6 +393,7 @@ def check(
             is_images=is_images,
             image_size=image_size,
         )
+        _check_metrics(choice.eval_config or "", metrics, module_path, files)
         _remember(cache_dir, cache_key, functions, transformed_label)
     return UserCode(
         preprocessing_fn=functions.get(PREPROCESSING_FN, ""),
@@ -394,6 +412,7 @@ def check(
         if module_path
         else (),
         transformed_label=transformed_label,
+        eval_modules=eval_modules,
     )
 
 
@@ -433,7 +452,60 @@ def _eval_config(path: str | None) -> str:
     return text
 
 
-def _cache_key(choice, files, custom_config, label_key, task, schema_path, image_size) -> str:
+def _eval_metric_classes(text: str) -> list[tuple[str, str]]:
+    """(module, class name) of every metric of an EvalConfig that names its module."""
+    if not text:
+        return []
+    from google.protobuf import text_format
+    from tensorflow_model_analysis.proto import config_pb2
+
+    parsed = text_format.Parse(text, config_pb2.EvalConfig())
+    return sorted(
+        {
+            (metric.module, metric.class_name)
+            for spec in parsed.metrics_specs
+            for metric in spec.metrics
+            if metric.module
+        }
+    )
+
+
+def _check_metrics(
+    eval_config_file: str, metrics: list[tuple[str, str]], module_path: str, files: dict
+) -> None:
+    """Every metric module --eval_config names imports (from --module_file's folder or the
+    environment) and defines its class."""
+    if not metrics:
+        return
+    folder = os.path.dirname(module_path) if module_path else None
+    own = {path.split(os.sep)[0].removesuffix(".py") for path in files}
+    with _importable(folder, sorted(own)):
+        for module_name, class_name in metrics:
+            where = f"--eval_config {eval_config_file}: metric {class_name} of module {module_name}"
+            if folder is None or module_name.split(".")[0] not in own:
+                try:
+                    importlib.import_module(module_name)
+                except ImportError:
+                    hint = (
+                        f"put {module_name}.py next to --module_file {module_path}"
+                        if folder
+                        else "give --module_file (the module's folder is staged with it)"
+                    )
+                    raise UserCodeError(
+                        f"{where}: no module {module_name!r} here; {hint}, or install it "
+                        "(and into the image, for Kubeflow and Beam workers)"
+                    ) from None
+            module = _import(module_name, where, own)
+            if not hasattr(module, class_name):
+                raise UserCodeError(
+                    f"{where}: {module.__file__} defines no {class_name!r}; define the metric "
+                    "class there or fix class_name"
+                )
+
+
+def _cache_key(
+    choice, files, custom_config, label_key, task, schema_path, image_size, metrics=()
+) -> str:
     schema = fingerprints.file_digest(schema_path) if schema_path else ""
     own = fingerprints.source_closure(["components.ml.model"])
     parts = [
@@ -444,6 +516,7 @@ def _cache_key(choice, files, custom_config, label_key, task, schema_path, image
         task,
         schema,
         image_size,
+        list(metrics),
         fingerprints.stack_versions(),
         sorted(own.items()),
         fingerprints.file_digest(__file__),
@@ -557,12 +630,13 @@ def _trace(
     if not schema_path:
         return ""
     import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import schema_pb2
     from tensorflow_transform import impl_helper
     from tensorflow_transform.tf_metadata import schema_utils
+    from tfx.utils import io_utils
 
-    from pipeline import preflight
-
-    schema = preflight.load_schema(schema_path)
+    # The pre-flight check has read this schema already: it parses.
+    schema = io_utils.parse_pbtxt_file(schema_path, schema_pb2.Schema())
     feature_spec = schema_utils.schema_as_feature_spec(schema).feature_spec
     config = {
         features.LABEL_KEY_CONFIG: label_key,
@@ -620,10 +694,22 @@ def _takes_custom_config(function) -> bool:
 # --- staging ---------------------------------------------------------------------------------
 
 
-def stage(user: UserCode, pipeline_root: str) -> UserCode:
-    """Copies the module's files to <pipeline_root>/_user_code/<digest>/ once per role digest
-    (an object-store root through TensorFlow's file systems); an existing directory of that
-    digest is kept: it behaves the same."""
+def staging_root(pipeline_root: str) -> str:
+    """Where stage() puts the module by default: <pipeline_root>/_user_code."""
+    return f"{pipeline_root.rstrip('/')}/{STAGING_DIR}"
+
+
+def stage(
+    user: UserCode,
+    pipeline_root: str,
+    root: str | None = None,
+    remedy: str = "the machine that runs this command writes the module there for every "
+    "component to import",
+) -> UserCode:
+    """Copies the module's files to <root>/<digest>/ once per role digest (root:
+    <pipeline_root>/_user_code; an object-store URI is written through TensorFlow's file
+    systems); an existing directory of that digest is kept: it behaves the same. A root this
+    machine cannot write is a UserCodeError naming --module_file, the location and the reason."""
     if not user.module_path:
         return user
     folder = os.path.dirname(user.module_path)
@@ -634,11 +720,18 @@ def stage(user: UserCode, pipeline_root: str) -> UserCode:
     modules = []
     for role in ROLES:
         digest = _digest(user.files_for(role))
-        uri = f"{pipeline_root.rstrip('/')}/{STAGING_DIR}/{digest}"
-        if "://" in uri:
-            _stage_remote(uri, folder, user.files, manifest)
-        else:
-            _stage_local(uri, folder, user.files, manifest)
+        uri = f"{(root or staging_root(pipeline_root)).rstrip('/')}/{digest}"
+        try:
+            if "://" in uri:
+                _stage_remote(uri, folder, user.files, manifest)
+            else:
+                _stage_local(uri, folder, user.files, manifest)
+        except Exception as error:  # OSError, TensorFlow's errors.OpError (credentials, network)
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise UserCodeError(
+                f"--module_file {user.module_file}: cannot stage it at {uri}: "
+                f"{type(error).__name__}: {reason}; {remedy}"
+            ) from None
         modules.append(
             (
                 role,
@@ -693,18 +786,3 @@ def describe(user: UserCode) -> list[str]:
     if user.module_path:
         lines.append(f"module {user.module_file}: {len(user.files)} file(s), digest {user.digest}")
     return lines
-
-
-def check_custom_config_keys(user: UserCode, reserved: set[str]) -> None:
-    clash = sorted(set(user.custom_config_dict()) & reserved)
-    if clash:
-        raise ConfigError(
-            f"--custom_config: key(s) {clash} are the project's own settings (set them by their "
-            "flags); rename them"
-        )
-
-
-def ast_digest(path: str) -> str:
-    """Digest of one file's syntax tree (comments and formatting do not count)."""
-    with open(path, encoding="utf-8") as handle:
-        return hashlib.sha256(ast.dump(ast.parse(handle.read())).encode()).hexdigest()[:16]

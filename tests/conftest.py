@@ -44,6 +44,28 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session")
+def penguin_runs(tmp_path_factory):
+    """The README's first command, twice, as the page shows it (in a sandbox: ./tfx_output), on
+    the DirectRunner: one pair of runs per session, shared by tests/test_e2e_local.py and the
+    DirectRunner reference of the Flink run (tests/pipeline/beam/test_flink.py)."""
+    from tests.docs import pages
+
+    penguins = pages.command("README.md", ".venv/bin/python pipeline/run_local.py")
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("penguins"))
+    first = sandbox.run(penguins)
+    assert first.returncode == 0, pages.explain(first)
+    second = sandbox.run(penguins)
+    assert second.returncode == 0, pages.explain(second)
+    base = sandbox.output_root / "penguins-pipeline"
+    return {
+        "first": first,
+        "second": second,
+        "metadata": str(base / "metadata.sqlite"),
+        "serving": str(base / "serving_model"),
+    }
+
+
+@pytest.fixture(scope="session")
 def penguins_csv() -> str:
     return os.path.join(datasets.penguins_data_root(), "penguins.csv")
 

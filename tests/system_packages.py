@@ -36,6 +36,13 @@ PACKAGES: dict[str, SystemPackage] = {
     "podman": SystemPackage("podman", ("podman",), "builds and runs the project's image"),
     "debootstrap": SystemPackage("debootstrap", ("debootstrap",), "makes the image's local base"),
     "runc": SystemPackage("runc", ("runc",), "the container runtime podman uses here"),
+    "etcd-server": SystemPackage(
+        "etcd-server", ("etcd",), "stores the state of the tests' kube-apiserver"
+    ),
+    "openjdk-17-jre-headless": SystemPackage(
+        "openjdk-17-jre-headless", ("java",), "runs Flink and Beam's Flink job server"
+    ),
+    "maven": SystemPackage("maven", ("mvn",), "resolves Beam's Flink job server jars"),
 }
 
 # Debian installs daemons such as mariadbd in sbin, which a user's PATH often lacks.

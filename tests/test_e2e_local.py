@@ -40,24 +40,6 @@ def explain(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
 
 
-@pytest.fixture(scope="module")
-def penguin_runs(tmp_path_factory):
-    """The README's first command, twice, as the page shows it (in a sandbox: ./tfx_output)."""
-    penguins = pages.command("README.md", ".venv/bin/python pipeline/run_local.py")
-    sandbox = pages.Sandbox(tmp_path_factory.mktemp("penguins"))
-    first = sandbox.run(penguins)
-    assert first.returncode == 0, explain(first)
-    second = sandbox.run(penguins)
-    assert second.returncode == 0, explain(second)
-    base = sandbox.output_root / "penguins-pipeline"
-    return {
-        "first": first,
-        "second": second,
-        "metadata": str(base / "metadata.sqlite"),
-        "serving": str(base / "serving_model"),
-    }
-
-
 def test_every_component_executed_then_rerun_is_fully_cached(penguin_runs):
     store = connection.open_store(penguin_runs["metadata"])
     runs = list(records.Store(store).node_states_by_run().values())

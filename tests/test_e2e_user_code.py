@@ -51,7 +51,7 @@ def pushed_variables(output_root) -> list[str]:
 
     models = sorted(glob.glob(os.path.join(output_root, "penguins-pipeline", "serving_model", "*")))
     loaded = tf.saved_model.load(models[-1])
-    return [v.name for v in loaded.variables]
+    return [v.name for v in loaded.model_variables]
 
 
 def log_file(stdout: str) -> str:
@@ -144,19 +144,12 @@ def test_tfx_style_module_runs_unchanged(tfx_style_runs, sandbox):
     # The Evaluator's default config read the TFX-style signatures.
     accuracy = float(re.search(r"sparse_categorical_accuracy (\d\.\d+)", mirrored.stdout).group(1))
     assert accuracy >= 0.9
-    # Transform wrote the user's features, not the project's.
-    transformed = glob.glob(
-        os.path.join(
-            sandbox.output_root,
-            "penguins-pipeline",
-            "pipeline_root",
-            "Transform",
-            "transformed_examples",
-            "*",
-            "Split-train",
-            "*",
-        )
-    )
+    # Transform wrote the user's features, not the project's (its latest execution: the hook's
+    # runs before it wrote the project's).
+    root = os.path.join(sandbox.output_root, "penguins-pipeline", "pipeline_root", "Transform")
+    executions = glob.glob(os.path.join(root, "transformed_examples", "*"))
+    latest = max(executions, key=lambda path: int(os.path.basename(path)))
+    transformed = glob.glob(os.path.join(latest, "Split-train", "*"))
     assert transformed
     import tensorflow as tf
 
@@ -195,6 +188,6 @@ def test_image_model_hook(tmp_path_factory):
     models = glob.glob(os.path.join(sandbox.output_root, "digits-pipeline", "serving_model", "*"))
     import tensorflow as tf
 
-    names = [v.name for v in tf.saved_model.load(models[0]).variables]
+    names = [v.name for v in tf.saved_model.load(models[0]).model_variables]
     assert any("separable_conv2d" in n for n in names), names
     shutil.rmtree(sandbox.root / "tfx_output", ignore_errors=True)

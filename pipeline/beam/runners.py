@@ -23,8 +23,8 @@ BeamConfig.validate() before anything starts. --beam_stage_project builds a whee
 from __future__ import annotations
 
 import argparse
-import atexit
 import dataclasses
+import hashlib
 import os
 import shutil
 import subprocess
@@ -32,7 +32,13 @@ import sys
 import tempfile
 
 from pipeline import PROJECT_ROOT
-from pipeline.config import BEAM_RUNNERS, PORTABLE_ENVIRONMENTS, BeamConfig, ConfigError
+from pipeline.config import (
+    BEAM_RUNNERS,
+    FLINK_VERSIONS,
+    PORTABLE_ENVIRONMENTS,
+    BeamConfig,
+    ConfigError,
+)
 
 
 def add_flags(parser: argparse.ArgumentParser, local: bool = True) -> None:
@@ -85,6 +91,21 @@ def add_flags(parser: argparse.ArgumentParser, local: bool = True) -> None:
     group.add_argument(
         "--beam_parallelism", type=int, default=0, help="Flink parallelism (0: the cluster's)"
     )
+    group.add_argument(
+        "--beam_job_server_jar",
+        default="",
+        metavar="FILE",
+        help="flink, spark with a master: the Beam job server jar Beam starts (default: Beam "
+        "downloads its own from Maven Central); `python -m pipeline.beam.engines fetch` "
+        "caches one for Flink",
+    )
+    group.add_argument(
+        "--flink_version",
+        default="",
+        choices=("", *FLINK_VERSIONS),
+        help="the Flink version of the job server (Beam's default: 1.18); checked against "
+        "the cluster's before the run",
+    )
     group.add_argument("--dataflow_project", default="", help="Google Cloud project")
     group.add_argument("--dataflow_region", default="", help="Dataflow region, e.g. us-central1")
     group.add_argument(
@@ -135,6 +156,12 @@ def beam_config(args: argparse.Namespace, direct: BeamConfig) -> BeamConfig:
                 f"invalid configuration: beam.extra_packages {package!r} (--beam_extra_package) "
                 "is not a file; build the wheel or sdist first"
             )
+    jar = args.beam_job_server_jar
+    if jar and local and not os.path.isfile(jar):
+        raise ConfigError(
+            f"invalid configuration: beam.job_server_jar {jar!r} (--beam_job_server_jar) is not "
+            "a file; `python -m pipeline.beam.engines fetch` caches Beam's Flink job server"
+        )
     config = dataclasses.replace(
         direct,
         runner=args.beam_runner,
@@ -144,6 +171,8 @@ def beam_config(args: argparse.Namespace, direct: BeamConfig) -> BeamConfig:
         environment_type=args.beam_environment_type,
         environment_config=args.beam_environment_config,
         parallelism=args.beam_parallelism,
+        job_server_jar=os.path.abspath(jar) if jar and local else jar,
+        flink_version=args.flink_version,
         project=args.dataflow_project,
         region=args.dataflow_region,
         temp_location=args.dataflow_temp_location,
@@ -163,14 +192,42 @@ PROJECT_FILES = ("pyproject.toml", "README.md")
 PROJECT_PACKAGES = ("pipeline", "components", "kubeflow")
 
 
+def source_digest(root: str = PROJECT_ROOT) -> str:
+    """sha256 over the paths and contents of what the wheel is built from."""
+    digest = hashlib.sha256()
+    paths = [os.path.join(root, name) for name in PROJECT_FILES]
+    for package in PROJECT_PACKAGES:
+        for folder, dirs, files in os.walk(os.path.join(root, package)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            paths += [os.path.join(folder, f) for f in sorted(files) if not f.endswith(".pyc")]
+    for path in paths:
+        digest.update(os.path.relpath(path, root).encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(handle.read() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def build_project_wheel(out_dir: str | None = None, root: str = PROJECT_ROOT) -> str:
     """Builds this project's wheel (pip wheel --no-deps, offline) from a copy of its sources, so
     that nothing is written into the tree (setuptools' build/ would keep deleted files and put
-    them into later wheels); returns the wheel's path. out_dir None: a temporary directory
-    removed when this process exits."""
+    them into later wheels); returns the wheel's path. out_dir None: a directory named by the
+    sources' digest under the temporary directory, kept and reused: the wheel's path is part of
+    the Beam components' arguments, which TFX's cache keys on, so the same code gives the same
+    path (a rerun reuses what finished) and changed code a new one."""
     if out_dir is None:
-        out_dir = tempfile.mkdtemp(prefix="tfx-scaleout-wheel-")
-        atexit.register(shutil.rmtree, out_dir, True)
+        out_dir = os.path.join(tempfile.gettempdir(), "tfx-scaleout-wheels", source_digest(root))
+        built = (
+            [f for f in os.listdir(out_dir) if f.endswith(".whl")] if os.path.isdir(out_dir) else []
+        )
+        if len(built) == 1:
+            return os.path.join(out_dir, built[0])
+        partial = build_project_wheel(tempfile.mkdtemp(prefix="tfx-scaleout-wheel-"), root)
+        os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+        try:
+            os.rename(os.path.dirname(partial), out_dir)
+        except OSError:  # another run built it meanwhile
+            shutil.rmtree(os.path.dirname(partial), ignore_errors=True)
+        return build_project_wheel(None, root)
     with tempfile.TemporaryDirectory(prefix="tfx-scaleout-src-") as source:
         for name in PROJECT_FILES:
             shutil.copy2(os.path.join(root, name), source)

@@ -37,7 +37,7 @@ EXECUTORS = {
     "Evaluator": "components.tfx_components.evaluator.executor.Executor",
     "Transform": "components.tfx_components.transform.executor.Executor",
     "ExampleValidator": "components.tfx_components.validation.executor.Executor",
-    "Trainer": "tfx.components.trainer.executor.GenericExecutor",
+    "Trainer": "components.tfx_components.trainer.executor.Executor",
 }
 
 
@@ -167,6 +167,8 @@ def test_beam_components_get_the_flink_args(flink_gpu):
         "--runner=FlinkRunner",
         "--flink_master=flink-jobmanager:8081",
         "--parallelism=4",
+        # One SDK harness per job, not per stage (pipeline.beam.runners).
+        "--environment_cache_millis=60000",
         "--environment_type=DOCKER",
         f"--environment_config={IMAGE}",
     ]

@@ -71,3 +71,92 @@ def test_regression_eval_config_thresholds_skill_over_the_training_mean(tmp_path
     ]
     assert skill.threshold.value_threshold.lower_bound.value == 0.25
     assert skill.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+
+
+def _user_pipeline(tmp_path, module_text: str, **choice):
+    """create_pipeline() for penguins with a user module (checked and staged as a run does)."""
+    import dataclasses
+
+    from pipeline import config as config_lib
+    from pipeline import datasets, user_code
+    from pipeline.flags import DatasetChoice
+
+    module = tmp_path / "mine.py"
+    module.write_text(module_text)
+    dataset = datasets.local_dataset(DatasetChoice(datasets.PENGUINS), str(tmp_path))
+    config = config_lib.local_config(dataset=dataset, output_root=str(tmp_path / "out"))
+    user = user_code.check(
+        user_code.UserCodeChoice(module_file=str(module), **choice),
+        label_key=dataset.label_key,
+        task=dataset.task,
+        schema_path=None,
+        is_images=False,
+        image_size=32,
+    )
+    user = user_code.stage(user, config.pipeline_root)
+    training = config.training
+    if user.model_fn:
+        training = dataclasses.replace(training, model_fn=user.model_fn)
+    config = dataclasses.replace(config, user_code=user, training=training)
+    return config, {c.id: c for c in builder.create_pipeline(config).components}
+
+
+def test_a_user_run_fn_gets_tfx_style_evaluation_and_the_trainer_executor(tmp_path):
+    import json
+
+    from components.tfx_components.trainer import executor as trainer_executor
+    from components.user_code import USER_MODULE_KEY
+
+    config, nodes = _user_pipeline(
+        tmp_path,
+        "def preprocessing_fn(inputs):\n    return inputs\n\ndef run_fn(fn_args):\n    pass\n",
+        custom_config='{"hidden": [4]}',
+    )
+    transform, trainer = nodes["Transform"], nodes["Trainer"]
+    assert transform.exec_properties["preprocessing_fn"] == "mine.preprocessing_fn"
+    assert json.loads(transform.exec_properties["custom_config"])["hidden"] == [4]
+    assert trainer.exec_properties["run_fn"] == "mine.run_fn"
+    assert trainer.executor_spec.executor_class is trainer_executor.Executor
+    # Each runs the staged copy of its role; the Evaluator does not need it.
+    transform_module = json.loads(transform.exec_properties[USER_MODULE_KEY])
+    trainer_module = json.loads(trainer.exec_properties[USER_MODULE_KEY])
+    assert transform_module["module"] == trainer_module["module"] == "mine"
+    assert transform_module["digest"] != trainer_module["digest"]
+    assert USER_MODULE_KEY not in nodes["Evaluator"].exec_properties
+    fingerprint = json.loads(trainer.exec_properties["cache_fingerprint"])
+    assert "--module_file mine.py" in fingerprint["code"]
+    [spec] = builder.eval_config(config).model_specs
+    assert spec.signature_name == "serving_default" and spec.label_key == "species_xf"
+    assert list(spec.preprocessing_function_names) == ["transform_features"]
+
+
+def test_a_model_hook_keeps_the_project_s_run_fn_and_evaluation(tmp_path):
+    import json
+
+    config, nodes = _user_pipeline(tmp_path, "def build_model(model_inputs):\n    pass\n")
+    trainer = nodes["Trainer"]
+    assert trainer.exec_properties["run_fn"] == builder.RUN_FN
+    assert json.loads(trainer.exec_properties["custom_config"])["model_fn"] == "mine.build_model"
+    assert nodes["Transform"].exec_properties["preprocessing_fn"] == builder.PREPROCESSING_FN
+    assert builder.eval_config(config) == builder.eval_config(dataclasses_replace_user(config))
+
+
+def dataclasses_replace_user(config):
+    import dataclasses
+
+    from pipeline.user_code import UserCode
+
+    return dataclasses.replace(config, user_code=UserCode())
+
+
+def test_custom_config_may_not_shadow_the_project_s_transform_settings(tmp_path):
+    import pytest
+
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\['num_output_shards'\]"):
+        _user_pipeline(
+            tmp_path,
+            "def preprocessing_fn(inputs):\n    return inputs\n",
+            custom_config='{"num_output_shards": 1}',
+        )

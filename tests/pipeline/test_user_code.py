@@ -161,6 +161,18 @@ def test_eval_config_must_parse(tmp_path, capsys):
     assert f"--eval_config {path}: not a TFMA EvalConfig" in line
 
 
+def _recheck(choice):
+    """check() without the trace (no schema), as a rerun after an edit does it."""
+    return user_code.check(
+        choice,
+        label_key="species",
+        task="classification",
+        schema_path=None,
+        is_images=False,
+        image_size=32,
+    )
+
+
 def test_a_good_module_resolves_fingerprints_and_stages(tmp_path):
     path = write(tmp_path, "good.py", WITH_LABEL)
     choice = user_code.UserCodeChoice(module_file=path)
@@ -177,24 +189,10 @@ def test_a_good_module_resolves_fingerprints_and_stages(tmp_path):
     assert resolved.run_fn == "" and resolved.transformed_label == "species_xf"
     # A comment edit keeps the digest (no rerun); a behaviour edit changes it.
     (tmp_path / "good.py").write_text(WITH_LABEL + "\n# a comment\n")
-    same = user_code.check(
-        choice,
-        label_key="species",
-        task="classification",
-        schema_path=None,
-        is_images=False,
-        image_size=32,
-    )
+    same = _recheck(choice)
     assert same.digest == resolved.digest
     (tmp_path / "good.py").write_text(WITH_LABEL.replace("scale_to_z_score", "scale_to_0_1"))
-    changed = user_code.check(
-        choice,
-        label_key="species",
-        task="classification",
-        schema_path=None,
-        is_images=False,
-        image_size=32,
-    )
+    changed = _recheck(choice)
     assert changed.digest != resolved.digest
     assert list(changed.fingerprint_files(user_code.TRANSFORM)) == ["--module_file good.py"]
     staged = user_code.stage(changed, str(tmp_path / "root"))
@@ -213,14 +211,7 @@ def test_a_good_module_resolves_fingerprints_and_stages(tmp_path):
     (tmp_path / "good.py").write_text(
         (tmp_path / "good.py").read_text() + "\ndef run_fn(fn_args):\n    return 1\n"
     )
-    both = user_code.check(
-        choice,
-        label_key="species",
-        task="classification",
-        schema_path=None,
-        is_images=False,
-        image_size=32,
-    )
+    both = _recheck(choice)
     assert both.files_for(user_code.TRANSFORM) == changed.files_for(user_code.TRANSFORM)
     assert both.files_for(user_code.TRAINER) != changed.files_for(user_code.TRAINER)
 

@@ -3,7 +3,9 @@
 BaselineModel always produces its artifact (a KFP task cannot leave an output out); on a first
 run it holds no model. TFX's Evaluator would fail to load it, so the empty artifact is removed
 from the inputs and the run is evaluated as TFX evaluates one without a baseline (the value
-threshold only). Everything else is TFX's executor, through super().
+threshold only). A staged user module (custom metrics named by the user's EvalConfig) is made
+importable first, here and in the Beam SDK workers (components.user_code). Everything else is
+TFX's executor, through super().
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def present_baselines(models: list) -> list:
 
 class Executor(tfx_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties: dict[str, Any]):  # noqa: N802
-        # Metrics an --eval_config names from the user's module: its staged copy importable.
-        user_code.activate(user_code.from_exec_properties(exec_properties))
+        # TFMA metrics of a user's --eval_config defined in their module's folder: importable
+        # here (where TFMA builds the computations) and in the SDK workers (which run them).
+        user_code.prepare_beam_executor(self, exec_properties)
         inputs = dict(input_dict)
         present = present_baselines(list(inputs.pop(BASELINE_MODEL_KEY, None) or []))
         if present:

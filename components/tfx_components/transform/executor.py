@@ -159,8 +159,8 @@ class Executor(tfx_transform_executor.Executor):
     custom_config['batch_size'] the rows per batch."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 (TFX API)
-        # A user's preprocessing_fn: its staged module first on the import path.
-        user_code.activate(user_code.from_exec_properties(exec_properties))
+        # A user's preprocessing_fn: its staged module importable here and in the SDK workers.
+        user_code.prepare_beam_executor(self, exec_properties)
         processor = functools.partial(
             ShardedTransformProcessor,
             num_output_shards(exec_properties),

@@ -1,9 +1,15 @@
-"""Fixtures of the launcher tests: a fake Kubernetes API server on a loopback port."""
+"""Fixtures of the launcher tests: a fake Kubernetes API server on a loopback port (per test), and
+a real control plane (kube-apiserver built from source, Debian's etcd) with the vendored CRDs
+installed (per session; tests/components/training/real_kube.py)."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
+from tests.components.training import real_kube
 from tests.components.training.fake_kube import FakeKube
 
 
@@ -14,3 +20,38 @@ def fake_kube():
         yield fake
     finally:
         fake.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(request, tmp_path_factory):
+    """The running control plane, the CRDs established; stopped at the end of the session, also
+    when a test or the start failed."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    try:
+        built = real_kube.build(say=say)
+        plane = real_kube.ControlPlane(
+            str(tmp_path_factory.mktemp("kube")),
+            built.paths["kube-apiserver"],
+            controller_manager=built.paths["kube-controller-manager"],
+        )
+    except real_kube.Unavailable as error:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {error}", pytrace=False)
+        pytest.skip(str(error))
+    started = time.monotonic()
+    plane.start()
+    try:
+        real_kube.install_crds(plane)
+        how = f"built in {built.seconds:.0f}s" if built.seconds else "cached"
+        say(
+            f"tests: kube-apiserver and kube-controller-manager {real_kube.kubernetes_version()} "
+            f"({how}) and etcd up, CRDs established in {time.monotonic() - started:.1f}s"
+        )
+        yield plane
+    finally:
+        plane.stop()

@@ -3,7 +3,7 @@ TrainJob / TrainingRuntime / ClusterTrainingRuntime CRDs; the JobSet Trainer bui
 (emulated here the way Trainer v2.3's jobset and plainml plugins merge a TrainJob into its
 runtime) validated against the JobSet CRD, and every one of its pods computing the TF_CONFIG
 TensorFlow's resolver expects; the rules of Trainer's webhook this project relies on; the
-shipped runtime file; and the launcher's runtime check."""
+shipped runtime file; and the launcher's runtime check against a real API server."""
 
 from __future__ import annotations
 
@@ -281,52 +281,79 @@ def test_the_shipped_runtimes_are_the_generated_ones():
     ]
 
 
-# --- the launcher's runtime check, against the fake API -----------------------------------------
+# --- the launcher's runtime check, against the real API server (the `kube` fixture) ------------
 
 
-def _launcher(fake, settings):
-    custom, core = fake.clients()
-    return trainjob.TrainJobLauncher(settings, custom_api=custom, core_api=core)
+def _launcher(kube, settings):
+    from kubernetes import client as k8s
+
+    admin = kube.api_client()
+    return trainjob.TrainJobLauncher(
+        settings, custom_api=k8s.CustomObjectsApi(admin), core_api=k8s.CoreV1Api(admin)
+    )
 
 
-def test_a_missing_runtime_says_how_to_get_it(fake_kube):
-    launcher = _launcher(fake_kube, _settings())
+def _namespace(kube, name: str) -> kubernetes_job.Placement:
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return kubernetes_job.Placement(name, "default-editor", None)
+
+
+@pytest.mark.system_packages("etcd-server")
+@pytest.mark.slow
+def test_a_missing_runtime_says_how_to_get_it(kube):
+    placement = _namespace(kube, "preflight-missing")
+    launcher = _launcher(kube, _settings())
     with pytest.raises(
         cluster.ClusterError,
-        match=r"no TrainingRuntime tfx-scaleout-tf-multi-worker in namespace team-a: "
+        match=r"no TrainingRuntime tfx-scaleout-tf-multi-worker in namespace preflight-missing: "
         r"apply it .*manifests",
     ):
-        launcher.preflight(MWMS, _placement())
+        launcher.preflight(MWMS, placement)
 
 
-def test_a_runtime_that_differs_names_the_first_difference(fake_kube):
-    applied = trainjob.runtime_manifest(PS, _settings(image="registry.example.com/old:1"), "team-a")
-    # What the API server adds (defaults) is fine.
-    applied["spec"]["template"]["spec"]["startupPolicy"] = {"startupPolicyOrder": "AnyOrder"}
-    fake_kube.objects["trainingruntimes", "team-a", applied["metadata"]["name"]] = applied
-    launcher = _launcher(fake_kube, _settings())
+@pytest.mark.system_packages("etcd-server")
+@pytest.mark.slow
+def test_a_runtime_that_differs_names_the_first_difference(kube):
+    from kubernetes import client as k8s
+
+    placement = _namespace(kube, "preflight-differs")
+    applied = trainjob.runtime_manifest(PS, _settings(image="registry.example.com/old:1"))
+    stored = kube.apply(applied, placement.namespace)
+    # What the API server adds (its defaults) is fine; a changed image is not.
+    launcher = _launcher(kube, _settings())
     with pytest.raises(cluster.ClusterError) as error:
-        launcher.preflight(PS, _placement())
+        launcher.preflight(PS, placement)
     assert (
         "spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].image"
         in str(error.value)
     )
     assert "registry.example.com/old:1" in str(error.value)
 
-    fake_kube.objects["trainingruntimes", "team-a", applied["metadata"]["name"]] = (
-        trainjob.runtime_manifest(PS, _settings(), "team-a")
+    fixed = trainjob.runtime_manifest(PS, _settings())
+    fixed["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+    k8s.CustomObjectsApi(kube.api_client()).replace_namespaced_custom_object(
+        trainjob.GROUP,
+        trainjob.VERSION,
+        placement.namespace,
+        "trainingruntimes",
+        fixed["metadata"]["name"],
+        fixed,
     )
-    launcher.preflight(PS, _placement())
+    launcher.preflight(PS, placement)
 
 
-def test_a_cluster_runtime_is_read_cluster_wide(fake_kube):
+@pytest.mark.system_packages("etcd-server")
+@pytest.mark.slow
+def test_a_cluster_runtime_is_read_cluster_wide(kube):
+    placement = _namespace(kube, "preflight-cluster")
     settings = _settings(runtime_kind="ClusterTrainingRuntime", runtime_name="team-tf")
-    runtime = trainjob.runtime_manifest(MWMS, settings)
+    runtime = trainjob.runtime_manifest(MWMS, settings, placement.namespace)
     assert runtime["metadata"]["name"] == "team-tf" and "namespace" not in runtime["metadata"]
-    fake_kube.objects["clustertrainingruntimes", "", "team-tf"] = runtime
-    _launcher(fake_kube, settings).preflight(MWMS, _placement())
-    (request,) = fake_kube.calls("get", "clustertrainingruntimes")
-    assert request.path == "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/team-tf"
+    kube.apply(runtime)
+    try:
+        _launcher(kube, settings).preflight(MWMS, placement)
+    finally:
+        kube.delete(runtime["apiVersion"], runtime["kind"], "team-tf")
 
 
 def test_settings_survive_the_trainer_custom_config():

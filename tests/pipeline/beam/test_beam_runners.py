@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
+import tempfile
 
 import pytest
 from apache_beam.options import pipeline_options as beam_options
@@ -66,6 +68,7 @@ def test_flink_with_master_docker_environment_and_parallelism():
         "--runner=FlinkRunner",
         "--flink_master=flink-jobmanager:8081",
         "--parallelism=8",
+        "--environment_cache_millis=60000",
         "--environment_type=DOCKER",
         f"--environment_config={IMAGE}",
     ]
@@ -443,3 +446,110 @@ def test_tfx_sdist_is_skipped_only_where_the_harness_runs_in_this_process(monkey
             "--extra_package=tfx_ephemeral.tar.gz"
         )
     assert built == [external]
+
+
+def test_flink_job_server_jar_and_version_reach_beams_options():
+    config = _config(
+        [
+            "--beam_runner=flink",
+            "--flink_master=127.0.0.1:8081",
+            "--flink_version=1.16",
+            "--beam_job_server_jar=/opt/beam/job-server.jar",
+            "--beam_environment_type=EXTERNAL",
+            "--beam_environment_config=localhost:50000",
+        ]
+    )
+    flink = _options(config).view_as(beam_options.FlinkRunnerOptions)
+    assert (flink.flink_version, flink.flink_job_server_jar) == (
+        "1.16",
+        "/opt/beam/job-server.jar",
+    )
+    assert (
+        _options(config).view_as(beam_options.PortableOptions).environment_cache_millis == "60000"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        (
+            {"runner": "flink", "job_endpoint": "j:8099", "job_server_jar": "/j.jar"},
+            "beam.job_server_jar",
+        ),
+        (
+            {"runner": "flink", "flink_master": "m:8081", "job_server_jar": "/j.zip"},
+            "beam.job_server_jar",
+        ),
+        (
+            {"runner": "spark", "spark_master_url": "spark://m:7077", "flink_version": "1.16"},
+            "beam.flink_version",
+        ),
+        (
+            {"runner": "flink", "flink_master": "m:8081", "flink_version": "1.19"},
+            "beam.flink_version",
+        ),
+    ],
+)
+def test_invalid_job_server_settings_name_the_field(changes, field):
+    config = dataclasses.replace(BeamConfig(sdk_container_image=IMAGE), **changes)
+    with pytest.raises(ConfigError, match=f"invalid configuration: {field} "):
+        config.validate()
+
+
+def test_cluster_checks_fail_fast_naming_the_flag():
+    from pipeline.beam import clusters, engines
+
+    closed = f"127.0.0.1:{engines.free_port()}"
+    flink = BeamConfig(runner="flink", flink_master=closed, sdk_container_image=IMAGE)
+    with pytest.raises(ConfigError, match=r"cluster unreachable: beam.flink_master .* refused"):
+        clusters.check(flink, timeout=2)
+    spark = BeamConfig(runner="spark", spark_master_url=f"spark://{closed}")
+    with pytest.raises(ConfigError, match=r"cluster unreachable: beam.spark_master_url"):
+        clusters.check(spark, timeout=2)
+    endpoint = BeamConfig(runner="portable", job_endpoint=closed)
+    with pytest.raises(ConfigError, match=r"cluster unreachable: beam.job_endpoint"):
+        clusters.check(endpoint, timeout=1)
+    clusters.check(BeamConfig())  # the DirectRunner: nothing to reach
+
+
+def test_the_job_servers_flink_version_comes_from_the_flag_the_jar_or_beam():
+    from pipeline.beam import clusters
+
+    jar = "/c/beam-runners-flink-1.16-job-server-2.56.0.jar"
+    assert (
+        clusters.job_server_flink(BeamConfig(flink_version="1.17", job_server_jar=jar))[0] == "1.17"
+    )
+    assert clusters.job_server_flink(BeamConfig(job_server_jar=jar)) == (
+        "1.16",
+        "--beam_job_server_jar",
+    )
+    assert clusters.job_server_flink(BeamConfig())[0] == "1.18"
+
+
+def test_the_launcher_manifest_keeps_lines_of_72_bytes():
+    from pipeline.beam import engines
+
+    manifest = engines._manifest("a.Main", [f"lib/dependency-number-{i}.jar" for i in range(40)])
+    lines = manifest.split(b"\r\n")
+    assert all(len(line) <= 72 for line in lines)
+    unfolded = manifest.replace(b"\r\n ", b"").decode()
+    assert "Class-Path: lib/dependency-number-0.jar lib/dependency-number-1.jar" in unfolded
+    assert "lib/dependency-number-39.jar\r\n" in unfolded
+    assert "Main-Class: a.Main\r\n" in unfolded
+
+
+def test_the_staged_wheels_path_is_the_same_for_the_same_code(tmp_path, monkeypatch):
+    """TFX's cache keys on the Beam arguments, --extra_package=<wheel> among them: a rerun of
+    unchanged code stages the same path (and reuses what finished), changed code a new one."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first = beam_runners.build_project_wheel()
+    assert first == beam_runners.build_project_wheel()
+    assert first.startswith(str(tmp_path / "tfx-scaleout-wheels" / beam_runners.source_digest()))
+    copy = tmp_path / "tree"
+    copy.mkdir()
+    for name in (*beam_runners.PROJECT_FILES, *beam_runners.PROJECT_PACKAGES):
+        source = os.path.join(beam_runners.PROJECT_ROOT, name)
+        (shutil.copytree if os.path.isdir(source) else shutil.copy2)(source, copy / name)
+    assert beam_runners.source_digest(str(copy)) == beam_runners.source_digest()
+    (copy / "pipeline" / "extra.py").write_text("x = 1\n")
+    assert beam_runners.source_digest(str(copy)) != beam_runners.source_digest()

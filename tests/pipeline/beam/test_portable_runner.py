@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -168,6 +169,105 @@ def test_penguins_end_to_end_with_sdk_workers_in_the_worker_pool(pool):
     # Workers clean up after themselves.
     assert not glob.glob(os.path.join(pool.work_dir, "worker_*-*"))
     print(f"portable penguins run: {seconds:.0f} s")
+
+
+# --- a user's module in the SDK workers -------------------------------------------------------
+
+# A custom TFMA metric in the user's folder (a tf-keras metric: TFMA serializes its config into
+# the combiner and the worker deserializes it, importing its module). On import it records which
+# process imported it from where.
+METRICS_MODULE = """
+import os
+
+import tensorflow as tf
+
+with open({log!r}, "a") as handle:
+    handle.write(f"{{os.getpid()}} {{__file__}}\\n")
+
+
+class PenguinAccuracy(tf.keras.metrics.SparseCategoricalAccuracy):
+    def __init__(self, name="penguin_accuracy", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+"""
+# The project's default EvalConfig for its classifiers (pipeline.builder.eval_config), the
+# blessing threshold on the user's metric.
+EVAL_CONFIG = """
+model_specs {
+  signature_name: "serving_default"
+  label_key: "species_xf"
+  preprocessing_function_names: "transform_features"
+  prediction_key: "probabilities"
+}
+slicing_specs {}
+metrics_specs {
+  metrics { class_name: "ExampleCount" }
+  metrics {
+    class_name: "PenguinAccuracy"
+    module: "penguin_metrics"
+    threshold { value_threshold { lower_bound { value: 0.6 } } }
+  }
+}
+"""
+
+
+def test_a_users_metric_module_reaches_the_sdk_worker_as_a_staged_wheel(pool, tmp_path):
+    """--module_file with an --eval_config whose metric class lives in the module's folder: the
+    Evaluator's SDK worker (a process of the pool, whose environment has no such module) gets
+    the staged folder as a wheel, installs it and imports the metric from it."""
+    import tensorflow_model_analysis as tfma
+
+    from pipeline.mlmd import connection, records
+
+    # In the sandbox (which rewrites /tmp/ paths on the command line), named relative to it.
+    folder = pool.sandbox.root / "my_code"
+    folder.mkdir()
+    shutil.copy(os.path.join(pages.PROJECT_ROOT, "examples", "penguin_hook.py"), folder)
+    imports = tmp_path / "imports.log"
+    (folder / "penguin_metrics.py").write_text(METRICS_MODULE.format(log=str(imports)))
+    (folder / "eval_config.pbtxt").write_text(EVAL_CONFIG)
+    before = len(BOOTED.findall(pool.log())), len(EXITED.findall(pool.log()))
+    user_flags = (
+        "--beam_stage_project --module_file my_code/penguin_hook.py "
+        "--eval_config my_code/eval_config.pbtxt --pipeline_name penguins-user-metric"
+    )
+    result = pool.sandbox.run(
+        pages.command(PAGE, "--beam_runner portable"),
+        replace={PAGE_PORT: str(pool.port), "--beam_stage_project": user_flags},
+    )
+    assert result.returncode == 0, _explain(result, pool)
+    assert "blessed:       yes" in result.stdout, result.stdout
+
+    log = _wait_for_exits(pool, before[1] + len(BEAM_COMPONENTS))
+    booted = BOOTED.findall(log)[before[0] :]
+    assert len(booted) == len(BEAM_COMPONENTS), log
+    # Only the Evaluator runs the user's code here (the project's preprocessing_fn): its
+    # worker, the last Beam component's, installed the module's wheel beside the project's.
+    with_user_code = [b for b in booted if "tfx_scaleout_user_code_" in b[2]]
+    assert len(with_user_code) == 1, booted
+    _, _, distributions, target, modules = with_user_code[0]
+    assert re.fullmatch(
+        r"'tfx_scaleout-0\.1\.0\.dist-info', 'tfx_scaleout_user_code_[0-9a-f]{16}-0\.dist-info'",
+        distributions,
+    ), distributions
+    staged = os.path.join(target, "penguin_metrics.py")
+    assert f"'penguin_metrics': '{staged}'" in modules
+    assert f"'penguin_hook': '{os.path.join(target, 'penguin_hook.py')}'" in modules
+    # Imported where TFMA builds the computations (the Evaluator's process, from the staged
+    # directory under the pipeline root) and in the worker, from its installed wheel.
+    lines = [line.split(" ", 1) for line in imports.read_text().splitlines()]
+    assert [path for _, path in lines if path == staged], lines
+    assert any("_user_code" in path for _, path in lines), lines
+    worker_pids = {pid for pid, path in lines if path == staged}
+    assert str(os.getpid()) not in worker_pids
+
+    output_root = pool.sandbox.output_root
+    db = records.Store(
+        connection.open_store(str(output_root / "penguins-user-metric" / "metadata.sqlite"))
+    )
+    executions = {db.node_of(e): e for e in db.store.get_executions()}
+    evaluation = db.outputs_by_type(executions["Evaluator"].id)["ModelEvaluation"][0].uri
+    [(_, metrics)] = tfma.load_eval_result(evaluation).slicing_metrics
+    assert metrics[""][""]["penguin_accuracy"]["doubleValue"] >= 0.6
 
 
 # --- the staged packages, each way TFX and Beam stage them -----------------------------------

@@ -1,0 +1,429 @@
+"""The pipeline's Beam components on a real Flink cluster (tests/pipeline/beam/conftest.py: a
+JobManager and a TaskManager on 127.0.0.1, 2 slots, Beam's Flink job server started by Beam from
+the cached jar, SDK workers from this project's worker pool), as docs/beam.md shows the run.
+
+One penguins run serves every assertion: its first attempt loses the TaskManager (SIGKILL) while
+Transform's Flink job runs and fails naming Transform and Flink's reason; after a TaskManager is
+back, the rerun reuses what finished and completes. Its outputs are compared with the
+DirectRunner's run of the same data (the session's `penguin_runs`), and every Beam component is
+found in Flink's REST API as a FINISHED job of its own."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from unittest import mock
+
+import pytest
+
+from pipeline.beam import engines
+from tests.docs import pages
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.e2e,
+    pytest.mark.system_packages("openjdk-17-jre-headless", "maven"),
+]
+
+PAGE = "docs/beam.md"
+# What the page's commands name, replaced by this session's cluster, pool and cache.
+PAGE_MASTER = "127.0.0.1:8081"
+PAGE_POOL = "localhost:50000"
+PAGE_CACHE = "~/.cache/tfx-scaleout/engines"
+BEAM_COMPONENTS = ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")
+EXIT_PIPELINE_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _replace(flink) -> dict[str, str]:
+    return {
+        PAGE_MASTER: flink.cluster.master,
+        PAGE_POOL: flink.pool.endpoint,
+        PAGE_CACHE: engines.cache_root(),
+    }
+
+
+def _explain(result, flink) -> str:
+    return (
+        f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n"
+        f"{result.stderr[-3000:]}\nworker pool log:\n{flink.pool.log()[-3000:]}\n"
+        f"Flink logs: {flink.cluster.log_dir}"
+    )
+
+
+def _wait_for_running_job(flink, after_ms: int, timeout: float = 600) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [
+            j
+            for j in flink.cluster.jobs()
+            if j["state"] == "RUNNING" and j["start-time"] > after_ms
+        ]
+        if running:
+            return running[0]
+        time.sleep(0.5)
+    pytest.fail("no Flink job started for Transform")
+
+
+def _start(sandbox, script: str, stderr_path) -> subprocess.Popen:
+    """The page's command in its own process group: the job server JVMs Beam starts from it
+    are in that group too, and go with it (_stop) whatever happens to the test."""
+    with open(stderr_path, "w") as stderr:
+        return subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=sandbox.root,
+            env=sandbox.env(),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def flink_run(flink, tmp_path_factory):
+    """The page's Flink run in a sandbox: the first attempt with the TaskManager killed during
+    Transform, then (a TaskManager started again) the same command once more."""
+    command = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081")
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("flink-run"))
+    script = sandbox.script(command, replace=_replace(flink))
+    started = time.monotonic()
+    first = _start(sandbox, script, sandbox.root / "first.stderr")
+    second = None
+    try:
+        # Transform starts after StatisticsGen; its Flink job is the first to start after that.
+        lines = []
+        for line in first.stdout:
+            lines.append(line)
+            if "Transform started" in line:
+                break
+        else:
+            pytest.fail("the run ended before Transform:\n" + "".join(lines))
+        transform_started_ms = int(time.time() * 1000)
+        job = _wait_for_running_job(flink, transform_started_ms - 1000)
+        time.sleep(3)  # into the job's work, not its submission
+        killed_at = time.monotonic()
+        flink.cluster.kill_taskmanager()
+        stdout, _ = first.communicate(timeout=900)
+        failed_after_s = time.monotonic() - killed_at
+        first_s = time.monotonic() - started
+        flink.cluster.start_taskmanager()
+        started = time.monotonic()
+        second = _start(sandbox, script, sandbox.root / "second.stderr")
+        second_stdout, _ = second.communicate(timeout=1800)
+        second_s = time.monotonic() - started
+    finally:
+        for process in (first, second):
+            if process is not None:
+                _stop(process)
+    base = sandbox.output_root / "penguins-pipeline"
+    print(
+        f"flink penguins: fetch {flink.fetch_s:.0f} s, cluster start {flink.start_s:.0f} s, "
+        f"first attempt {first_s:.0f} s (failed {failed_after_s:.1f} s after the kill), "
+        f"rerun {second_s:.0f} s"
+    )
+    return {
+        "first": subprocess.CompletedProcess(
+            first.args,
+            first.returncode,
+            "".join(lines) + stdout,
+            (sandbox.root / "first.stderr").read_text(),
+        ),
+        "second": subprocess.CompletedProcess(
+            second.args,
+            second.returncode,
+            second_stdout,
+            (sandbox.root / "second.stderr").read_text(),
+        ),
+        "killed_job": job,
+        "failed_after_s": failed_after_s,
+        "metadata": str(base / "metadata.sqlite"),
+    }
+
+
+def _store(path: str):
+    from pipeline.mlmd import connection, records
+
+    return records.Store(connection.open_store(path))
+
+
+def _outputs(path: str) -> dict[str, dict[str, str]]:
+    """{component: {output type: uri}} of the newest execution of each component that ran."""
+    db = _store(path)
+    found: dict[str, dict[str, str]] = {}
+    for execution in sorted(db.store.get_executions(), key=lambda e: e.id):
+        outputs = db.outputs_by_type(execution.id)
+        if outputs:
+            found[db.node_of(execution)] = {kind: a[0].uri for kind, a in outputs.items()}
+    return found
+
+
+def test_taskmanager_killed_during_transform_fails_the_run_naming_transform(flink_run):
+    first = flink_run["first"]
+    assert first.returncode == EXIT_PIPELINE_FAILED, first.stdout + first.stderr
+    errors = [line for line in first.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, first.stderr
+    assert errors[0].startswith("error: Transform failed:"), errors[0]
+    # Flink's reason: the TaskManager's loss, as the JobManager saw it.
+    assert re.search(r"TaskManager|heartbeat|lost|disconnect", errors[0], re.I), errors[0]
+    assert "(4/9) ExampleValidator executed" in first.stdout
+    assert flink_run["failed_after_s"] < 120
+
+
+def test_rerun_reuses_what_finished_and_completes(flink_run):
+    second = flink_run["second"]
+    assert second.returncode == 0, second.stdout + second.stderr[-3000:]
+    stdout = second.stdout
+    for name in ("CsvExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator"):
+        assert re.search(rf"\(\d/9\) {name} cached in", stdout), stdout
+    assert "5 component(s) executed, 4 reused" in stdout, stdout
+    assert "blessed:       yes" in stdout
+    # Nothing partial of the failed Transform is read: its execution is FAILED in MLMD, the
+    # rerun's Transform is a new execution whose outputs are the ones Trainer read.
+    db = _store(flink_run["metadata"])
+    transforms = [e for e in db.store.get_executions() if db.node_of(e) == "Transform"]
+    states = sorted(e.last_known_state for e in transforms)
+    from ml_metadata.proto import metadata_store_pb2 as mlmd_pb2
+
+    assert states == sorted([mlmd_pb2.Execution.FAILED, mlmd_pb2.Execution.COMPLETE]), states
+
+
+def test_every_beam_component_ran_as_a_finished_flink_job(flink, flink_run):
+    """Flink's REST API: one FINISHED job inside each Beam component's execution, and the
+    killed Transform attempt's job FAILED."""
+    db = _store(flink_run["metadata"])
+    jobs = flink.cluster.jobs()
+    windows = {}
+    for execution in db.store.get_executions():
+        name = db.node_of(execution)
+        if name in BEAM_COMPONENTS:
+            window = (execution.create_time_since_epoch, execution.last_update_time_since_epoch)
+            windows.setdefault(name, []).append((execution.last_known_state, window))
+    finished = {}
+    for name, executions in windows.items():
+        for _, (start, end) in executions:
+            inside = [j for j in jobs if start <= j["start-time"] and j["end-time"] <= end + 1000]
+            finished.setdefault(name, []).extend(j for j in inside if j["state"] == "FINISHED")
+    assert {n: len(j) for n, j in finished.items()} == {n: 1 for n in BEAM_COMPONENTS}, jobs
+    killed = [j for j in jobs if j["jid"] == flink_run["killed_job"]["jid"]]
+    assert [j["state"] for j in killed] == ["FAILED"]
+    assert len(jobs) == len(BEAM_COMPONENTS) + 1, jobs
+
+
+def _records(pattern: str) -> list[bytes]:
+    import tensorflow as tf
+
+    files = sorted(glob.glob(pattern))
+    assert files, pattern
+    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def _example_key(serialized: bytes) -> tuple:
+    """A record as a sorted tuple of its features, floats rounded (float32 sums in another order
+    differ in the last bits)."""
+    import tensorflow as tf
+
+    features = tf.train.Example.FromString(serialized).features.feature
+    key = []
+    for name in sorted(features):
+        feature = features[name]
+        kind = feature.WhichOneof("kind")
+        values = list(getattr(feature, kind).value) if kind else []
+        if kind == "float_list":
+            values = [round(v, 4) for v in values]
+        key.append((name, tuple(values)))
+    return tuple(key)
+
+
+def test_same_splits_and_transformed_records_as_the_direct_runner(flink_run, penguin_runs):
+    flink_outputs = _outputs(flink_run["metadata"])
+    direct_outputs = _outputs(penguin_runs["metadata"])
+    for component, kind in (("CsvExampleGen", "Examples"), ("Transform", "Examples")):
+        for split in ("train", "eval"):
+            pattern = os.path.join("{}", f"Split-{split}", "*.gz")
+            on_flink = _records(pattern.format(flink_outputs[component][kind]))
+            on_direct = _records(pattern.format(direct_outputs[component][kind]))
+            assert len(on_flink) == len(on_direct), (component, split)
+            assert sorted(map(_example_key, on_flink)) == sorted(map(_example_key, on_direct))
+    assert "examples:      train 253, eval 91; rows rejected: 0" in flink_run["second"].stdout
+
+
+def _statistics(uri: str) -> dict:
+    from tensorflow_data_validation import load_stats_binary
+
+    found = {}
+    for split in ("train", "eval"):
+        stats = load_stats_binary(os.path.join(uri, f"Split-{split}", "FeatureStats.pb"))
+        (dataset,) = stats.datasets
+        found[(split, "num_examples")] = dataset.num_examples
+        for feature in dataset.features:
+            name = feature.path.step[0]
+            if feature.HasField("num_stats"):
+                num = feature.num_stats
+                for field in ("mean", "std_dev", "min", "max", "num_zeros"):
+                    found[(split, name, field)] = getattr(num, field)
+                found[(split, name, "non_missing")] = num.common_stats.num_non_missing
+            else:
+                found[(split, name, "unique")] = feature.string_stats.unique
+                found[(split, name, "non_missing")] = (
+                    feature.string_stats.common_stats.num_non_missing
+                )
+    return found
+
+
+def test_same_statistics_as_the_direct_runner(flink_run, penguin_runs):
+    on_flink = _statistics(_outputs(flink_run["metadata"])["StatisticsGen"]["ExampleStatistics"])
+    on_direct = _statistics(
+        _outputs(penguin_runs["metadata"])["StatisticsGen"]["ExampleStatistics"]
+    )
+    assert on_flink.keys() == on_direct.keys()
+    different = {
+        k: (on_flink[k], on_direct[k])
+        for k in on_flink
+        if not math.isclose(on_flink[k], on_direct[k], rel_tol=1e-6, abs_tol=1e-9)
+    }
+    assert not different
+
+
+def test_model_quality_as_on_the_direct_runner(flink_run, penguin_runs):
+    from pipeline.mlmd import evaluation
+
+    on_flink = evaluation.overall_metrics(
+        _outputs(flink_run["metadata"])["Evaluator"]["ModelEvaluation"]
+    )
+    on_direct = evaluation.overall_metrics(
+        _outputs(penguin_runs["metadata"])["Evaluator"]["ModelEvaluation"]
+    )
+    name = "sparse_categorical_accuracy"
+    print(f"accuracy: Flink {on_flink[name]:.4f}, DirectRunner {on_direct[name]:.4f}")
+    assert on_flink[name] >= 0.9
+    assert abs(on_flink[name] - on_direct[name]) <= 0.03, (on_flink, on_direct)
+    assert on_flink["example_count"] == on_direct["example_count"] == 91
+
+
+# --- faults that must stop a run within seconds, before any component -------------------------
+
+
+def _run_local(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, os.path.join(pages.PROJECT_ROOT, "pipeline", "run_local.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=pages.PROJECT_ROOT,
+        check=False,
+    )
+    return result, time.monotonic() - started
+
+
+def _flags(flink, **changes: str) -> list[str]:
+    """run_local's flags for the session's cluster, some of their values changed."""
+    flags = engines.run_flags(flink.cluster, flink.pool, flink.jar)
+    for name, value in changes.items():
+        flags[flags.index(f"--{name}") + 1] = value
+    return flags
+
+
+def _one_error(result) -> str:
+    assert result.returncode == EXIT_BAD_INPUT, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    assert "started" not in result.stdout  # no component ran
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"flink_master": "127.0.0.1:{free}"},
+            r"error: cluster unreachable: beam.flink_master 127.0.0.1:\d+ \(--flink_master\): "
+            r"no Flink REST API answers there within 5 s \(.*refused.*\)",
+        ),
+        (
+            {"beam_job_server_jar": "{tmp}/no-such-job-server.jar"},
+            r"error: invalid configuration: beam.job_server_jar '.*no-such-job-server.jar' "
+            r"\(--beam_job_server_jar\) is not a file",
+        ),
+        (
+            {"flink_version": "1.18"},
+            r"error: wrong Flink version: the cluster at 127.0.0.1:\d+ runs Flink 1.16.3, the "
+            r"job server is for Flink 1.18 \(--flink_version\)",
+        ),
+    ],
+    ids=["unreachable_master", "missing_job_server_jar", "wrong_flink_version"],
+)
+def test_a_bad_cluster_setting_is_one_error_within_seconds(flink, tmp_path, change, expected):
+    values = {"free": str(engines.free_port()), "tmp": str(tmp_path)}
+    changes = {k: v.format(**values) for k, v in change.items()}
+    result, seconds = _run_local("--output_root", str(tmp_path / "out"), *_flags(flink, **changes))
+    assert re.fullmatch(expected + ".*", _one_error(result)), result.stderr
+    assert seconds < 60, seconds
+    assert not os.path.exists(tmp_path / "out" / "penguins-pipeline" / "metadata.sqlite")
+
+
+def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
+    """beam.md's `python -m pipeline.beam.engines flink &` (other ports than the page's, the
+    session's engine cache): 2 free slots, then SIGTERM stops the JVMs and the worker pool."""
+    rest, pool = engines.free_port(), engines.free_port()
+    sandbox = pages.Sandbox(tmp_path / "sandbox")
+    log_path = tmp_path / "cluster.log"
+    command = pages.command(PAGE, "python -m pipeline.beam.engines flink &")
+    with (
+        mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engines.cache_root()}),
+        open(log_path, "w") as log,
+    ):
+        replace = {"engines flink": f"engines flink --rest_port {rest} --pool_port {pool}"}
+        process = sandbox.start(command, log, replace=replace)
+    try:
+        deadline = time.monotonic() + 180
+        while "run: " not in log_path.read_text():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        overview = engines.rest_get(f"127.0.0.1:{rest}", "/overview")
+        assert (overview["taskmanagers"], overview["slots-available"]) == (1, 2), overview
+        assert overview["flink-version"] == engines.FLINK_VERSION
+        assert f"--flink_master 127.0.0.1:{rest}" in log_path.read_text()
+        children = _descendants(process.pid)
+        assert len(children) >= 3, children  # JobManager, TaskManager, worker pool
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while [p for p in children if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in children if os.path.exists(f"/proc/{p}")], log_path.read_text()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The process ids started, directly or not, by `pid` (read from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            parents.setdefault(parent, []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        for child in parents.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
