@@ -20,7 +20,8 @@ from typing import Any
 
 from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.dsl.components.base import executor_spec
-from tfx.types import artifact_utils
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import path_utils
 
 from components import user_code
 from components.training.settings import (
@@ -39,9 +40,6 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         user_code.activate(module)
         custom_config = json.loads(exec_properties.get(CUSTOM_CONFIG_KEY) or "null") or {}
         run_fn = exec_properties.get("run_fn") or ""
-        serving_model_dir = self._GetFnArgs(
-            input_dict, output_dict, exec_properties
-        ).serving_model_dir
         if run_fn == PROJECT_RUN_FN:
             if module is not None:
                 custom_config[USER_MODULE_CONFIG_KEY] = module.to_json()
@@ -70,7 +68,9 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             settings=settings,
         )
         launchers.create(settings).run(cluster.ClusterSpec.for_task(task), task)
-        check_model_written(serving_model_dir, run_fn, module)
+        # Where TFX's FnArgs points the tasks (GenericExecutor._GetFnArgs).
+        model_uri = artifact_utils.get_single_uri(output_dict[standard_component_specs.MODEL_KEY])
+        check_model_written(path_utils.serving_model_dir(model_uri), run_fn, module)
 
     def _run_and_check(self, input_dict, output_dict, properties, run_fn, module) -> None:
         fn_args = self._GetFnArgs(input_dict, output_dict, properties)
