@@ -8,13 +8,26 @@ import pytest
 
 import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before any TensorFlow import)
 from pipeline import datasets
-from tests import system_packages
+from tests import system_packages, workers
 
 _MISSING = pytest.StashKey[list]()
 
 
 def _needed(item: pytest.Item) -> set[str]:
     return {name for mark in item.iter_markers("system_packages") for name in mark.args}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every process that collects checks the xdist units against what the tests use."""
+    workers.check(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadscope` with this suite's units (tests/workers.py)."""
+    if config.getvalue("dist") == "loadscope":
+        return workers.FileGroupScheduling(config, log)
+    return None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

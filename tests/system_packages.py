@@ -11,9 +11,11 @@ by skipping.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterable
 
 
@@ -83,11 +85,21 @@ def install_hint(names: Iterable[str]) -> str:
 
 
 def ensure(names: Iterable[str], say: Callable[[str], None]) -> list[str]:
-    """Installs what of `names` is missing where possible; returns what is still missing."""
+    """Installs what of `names` is missing where possible; returns what is still missing. The
+    xdist workers each collect the suite: one of them installs while the others wait."""
     absent = missing(names)
     prefix = _installer()
     if not absent or prefix is None:
         return absent
+    with open(os.path.join(tempfile.gettempdir(), "tfx-scaleout-apt.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        absent = missing(names)
+        if absent:
+            _install(prefix, absent, say)
+    return missing(names)
+
+
+def _install(prefix: list[str], absent: list[str], say: Callable[[str], None]) -> None:
     packages = sorted(PACKAGES[n].package for n in absent)
     say(f"tests: installing Debian packages the selected tests drive: {' '.join(packages)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -101,4 +113,3 @@ def ensure(names: Iterable[str], say: Callable[[str], None]) -> list[str]:
             tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
             say(f"tests: {' '.join(step[len(prefix) :])} failed: {' / '.join(tail)}")
             break
-    return missing(names)
