@@ -303,8 +303,13 @@ def tabular_model(model_inputs: ModelInputs) -> keras.Model:
     """The built-in MLP, as a model hook: float features as they are (z-scores, missing
     indicators), vocabulary indices one-hot encoded (tabular_inputs); a softmax or one linear
     unit on top."""
-    settings = model_inputs.settings
     inputs, x = tabular_inputs(model_inputs)
+    return tabular_head(model_inputs, inputs, x)
+
+
+def tabular_head(model_inputs: ModelInputs, inputs: dict[str, Any], x) -> keras.Model:
+    """The MLP over an encoded input x (of `inputs`), compiled for the task."""
+    settings = model_inputs.settings
     for units in settings.hidden_units:
         x = keras.layers.Dense(units, activation="relu")(x)
     if model_inputs.task == features.REGRESSION:
