@@ -75,8 +75,10 @@ def test_training_choices_printed_and_recorded_on_the_model(penguin_runs):
     assert "global batch 32 (chosen from the training rows)" in stdout, stdout
     assert "at most 20 epoch(s) (early stopping on the eval loss, patience 3)" in stdout
     store = connection.open_store(penguin_runs["metadata"])
-    [model_artifact] = store.get_artifacts_by_type("Model")
-    [model_run] = store.get_artifacts_by_type("ModelRun")
+    trainer = store.get_context_by_type_and_name("node", "penguins-pipeline.Trainer")
+    first_run = min(store.get_executions_by_context(trainer.id), key=lambda e: e.id)
+    outputs = records.Store(store).outputs_by_type(first_run.id)
+    [model_artifact], [model_run] = outputs["Model"], outputs["ModelRun"]
     recorded = records.properties(model_artifact)
     with open(os.path.join(model_run.uri, loop.RESULT_FILE)) as handle:
         result = json.load(handle)
@@ -85,7 +87,7 @@ def test_training_choices_printed_and_recorded_on_the_model(penguin_runs):
     assert recorded["epochs_cap"] == 20 and recorded["early_stopping_patience"] == 3
     assert 1 <= recorded["best_epoch"] <= recorded["epochs_run"] == result["epochs_run"] <= 20
     assert recorded["stopped_early"] == int(result["stopped_early"])
-    assert recorded["best_eval_loss"] == pytest.approx(result["best_val_loss"])
+    assert recorded["best_eval_loss"] == pytest.approx(result["best_val_loss"], rel=1e-4)
     ended = "early stopping" if result["stopped_early"] else "training ended"
     assert f"{ended} at epoch {result['epochs_run']}/20: keeping the weights of epoch" in stdout
 
