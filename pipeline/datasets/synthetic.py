@@ -4,6 +4,9 @@
 and a 3-class string label that a linear model learns from them. Vectorized with numpy and
 written with pyarrow's CSV writer: 1M rows in seconds, identical bytes for the same seed.
 
+A flights-like regression (`--flights`, `write_flights`): 19 columns (3 text) and the arrival
+delay, the shape of the issue-30 measurements of training on long tables.
+
 Wide tables (`write_wide`): any number of columns, half text with 8 values each, half numeric
 (every other one with missing values), and a 3-class label learnt from a few of them; the shape
 of the issue-30 measurements of Transform's cost per column (benchmarks.wide_transform).
@@ -243,11 +246,16 @@ def flights_table(rows: int, seed: int):
     return pa.table(table)
 
 
-def write_flights(out_dir: str, rows: int, seed: int = 0) -> str:
-    """out_dir/flights.csv (flights_table); the directory, for --data."""
+def write_flights(out_dir: str, rows: int, files: int = 1, seed: int = 0) -> list[str]:
+    """flights_table's rows in `files` CSV files under out_dir (flights-00000.csv, ...)."""
     os.makedirs(out_dir, exist_ok=True)
-    _write_csv(os.path.join(out_dir, "flights.csv"), flights_table(rows, seed))
-    return out_dir
+    table = flights_table(rows, seed)
+    paths = []
+    for index in range(files):
+        start, end = index * rows // files, (index + 1) * rows // files
+        paths.append(os.path.join(out_dir, f"flights-{index:05d}.csv"))
+        _write_csv(paths[-1], table.slice(start, end - start))
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,13 +269,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--flights",
+        action="store_true",
+        help=f"a flights-like regression table instead (19 columns, label {FLIGHTS_LABEL_KEY})",
+    )
     args = parser.parse_args(argv)
-    paths = write_synth(args.out, args.rows, args.files, args.seed)
+    if args.flights:
+        paths = write_flights(args.out, args.rows, args.files, args.seed)
+        run = f"--data {args.out} --label {FLIGHTS_LABEL_KEY}"
+    else:
+        paths = write_synth(args.out, args.rows, args.files, args.seed)
+        run = f"--data {args.out} --label {SYNTH_LABEL_KEY} --schema schemas/{SYNTH}/schema.pbtxt"
     size = sum(os.path.getsize(p) for p in paths)
     print(
         f"wrote {args.rows} rows in {len(paths)} file(s), {size / 1e6:.1f} MB, under {args.out}; "
-        f"run: python pipeline/run_local.py --data {args.out} --label {SYNTH_LABEL_KEY} "
-        f"--schema schemas/{SYNTH}/schema.pbtxt"
+        f"run: python pipeline/run_local.py {run}"
     )
     return 0
 
