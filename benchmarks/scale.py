@@ -302,9 +302,10 @@ def run(quick: bool, work_dir: str | None = None, rows: int | None = None, worke
                 note="user + system CPU of the process tree",
             )
         )
-    from pipeline.config import TrainingConfig
+    from pipeline.config import PipelineConfig, TrainingConfig
 
-    batch = TrainingConfig().per_replica_batch_size
+    # The batch the Trainer chooses for this many training rows (no --batch_size).
+    batch = TrainingConfig().batch_size_for(round(rows * PipelineConfig.train_fraction))
     input_rate, model_rate = input_pipeline_rate(
         ours["transformed_examples"], ours["transform_graph"], batch
     )
@@ -316,7 +317,7 @@ def run(quick: bool, work_dir: str | None = None, rows: int | None = None, worke
             "examples/s",
             TARGET_INPUT_VS_MODEL,
             note=f"reference = the model's own rate fed one cached batch (batch {batch}, "
-            "the Trainer's default)",
+            "the Trainer's choice for these rows)",
         )
     )
     return rows_out

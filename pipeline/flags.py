@@ -340,9 +340,9 @@ def run_fn_steps(training: TrainingConfig, rows: int | None, train_fraction: flo
             "--train_steps and --eval_steps are needed with your run_fn (fn_args.train_steps, "
             "fn_args.eval_steps): the rows are not counted before the run here"
         )
-    batch = training.per_replica_batch_size
     train_rows = max(1, round(rows * train_fraction))
     eval_rows = max(1, rows - train_rows)
+    batch = training.batch_size_for(train_rows)
     return dataclasses.replace(
         training,
         train_steps=training.train_steps or max(1, math.ceil(training.epochs * train_rows / batch)),

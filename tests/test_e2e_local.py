@@ -64,6 +64,34 @@ def test_progress_lines_and_summary(penguin_runs):
     assert "(6/9) Trainer cached in " in penguin_runs["second"].stdout
 
 
+def test_training_choices_printed_and_recorded_on_the_model(penguin_runs):
+    """No --batch_size or --early_stopping_patience: the batch chosen from the ~260 training
+    rows (32) and early stopping under the 20-epoch cap, printed and on the Model in MLMD."""
+    import json
+
+    from components.training import loop
+
+    stdout = penguin_runs["first"].stdout
+    assert "global batch 32 (chosen from the training rows)" in stdout, stdout
+    assert "at most 20 epoch(s) (early stopping on the eval loss, patience 3)" in stdout
+    store = connection.open_store(penguin_runs["metadata"])
+    trainer = store.get_context_by_type_and_name("node", "penguins-pipeline.Trainer")
+    first_run = min(store.get_executions_by_context(trainer.id), key=lambda e: e.id)
+    outputs = records.Store(store).outputs_by_type(first_run.id)
+    [model_artifact], [model_run] = outputs["Model"], outputs["ModelRun"]
+    recorded = records.properties(model_artifact)
+    with open(os.path.join(model_run.uri, loop.RESULT_FILE)) as handle:
+        result = json.load(handle)
+    assert recorded["per_replica_batch_size"] == result["per_replica_batch"] == 32
+    assert recorded["batch_size_from_data"] == 1
+    assert recorded["epochs_cap"] == 20 and recorded["early_stopping_patience"] == 3
+    assert 1 <= recorded["best_epoch"] <= recorded["epochs_run"] == result["epochs_run"] <= 20
+    assert recorded["stopped_early"] == int(result["stopped_early"])
+    assert recorded["best_eval_loss"] == pytest.approx(result["best_val_loss"], rel=1e-4)
+    ended = "early stopping" if result["stopped_early"] else "training ended"
+    assert f"{ended} at epoch {result['epochs_run']}/20: keeping the weights of epoch" in stdout
+
+
 def test_model_blessed_and_pushed(penguin_runs):
     store = connection.open_store(penguin_runs["metadata"])
     blessings = store.get_artifacts_by_type("ModelBlessing")

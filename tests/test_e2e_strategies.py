@@ -160,8 +160,14 @@ def test_killed_worker_resumes_from_backup(base_run, tmp_path):
         transform_graph,
         str(tmp_path / "fault"),
         "species",
+        # Early stopping on (validation every epoch, the best weights kept across the restart)
+        # with a patience that cannot end training before the kill.
         settings=TrainingConfig(
-            strategy="multi_worker_mirrored", workers=2, epochs=60, per_replica_batch_size=16
+            strategy="multi_worker_mirrored",
+            workers=2,
+            epochs=60,
+            per_replica_batch_size=16,
+            early_stopping_patience=60,
         ),
     )
     launcher = cluster.LocalProcessLauncher(max_restarts=1)
@@ -190,4 +196,7 @@ def test_killed_worker_resumes_from_backup(base_run, tmp_path):
     with open(os.path.join(task.model_run_dir, training.RESULT_FILE)) as handle:
         result = json.load(handle)
     assert result["first_epoch"] > 0  # resumed from the backup, not from step 0
+    # Early stopping restarted with the resumed attempt: its best epoch is one that attempt ran.
+    assert result["first_epoch"] < result["best_epoch"] <= 60
+    assert result["epochs_run"] == 60 - result["first_epoch"]
     assert os.path.exists(os.path.join(task.serving_model_dir, "saved_model.pb"))

@@ -245,11 +245,32 @@ def image_model(model_inputs: ModelInputs) -> keras.Model:
     )
 
 
-def tabular_model(model_inputs: ModelInputs) -> keras.Model:
-    """The built-in MLP, as a model hook: float features as they are (z-scores, missing
-    indicators), vocabulary indices one-hot encoded; a softmax or one linear unit on top."""
-    settings = model_inputs.settings
-    inputs, encoded = {}, []
+class StackColumns(keras.layers.Layer):
+    """[batch] tensors -> one [batch, columns] tensor, plus a constant per column (offsets).
+
+    One layer (one stack op) for any number of columns: per-column Reshape / CategoryEncoding
+    layers made the step cost grow with every column (issue 30)."""
+
+    def __init__(self, offsets: Sequence[int] = (), **kwargs):
+        super().__init__(**kwargs)
+        self.offsets = tuple(int(offset) for offset in offsets)
+
+    def call(self, columns):
+        stacked = tf.stack(columns, axis=1)
+        if self.offsets:
+            stacked += tf.constant(self.offsets, dtype=stacked.dtype)
+        return stacked
+
+    def get_config(self):
+        return {**super().get_config(), "offsets": list(self.offsets)}
+
+
+def tabular_inputs(model_inputs: ModelInputs) -> tuple[dict[str, Any], Any]:
+    """The built-in model's inputs (one per feature, named after it) and their encoding: every
+    vocabulary index one-hot in its own range of one multi-hot vector (the concatenation of the
+    per-column one-hots, built by one stack and one CategoryEncoding whatever the column count),
+    then the float features (z-scores, missing indicators) stacked beside it."""
+    inputs, indices, depths, floats = {}, [], [], []
     for name, spec in sorted(model_inputs.feature_spec.items()):
         if spec.dtype == tf.int64:
             depth = model_inputs.vocabulary_sizes.get(name)
@@ -259,15 +280,36 @@ def tabular_model(model_inputs: ModelInputs) -> keras.Model:
                     "one-hot encodes vocabulary indices (tft.compute_and_apply_vocabulary)"
                 )
             inputs[name] = keras.Input(shape=(), name=name, dtype=tf.int64)
-            encoded.append(
-                keras.layers.CategoryEncoding(num_tokens=depth, output_mode="one_hot")(
-                    keras.layers.Reshape((1,))(inputs[name])
-                )
-            )
+            indices.append(inputs[name])
+            depths.append(depth)
         else:
             inputs[name] = keras.Input(shape=(), name=name, dtype=tf.float32)
-            encoded.append(keras.layers.Reshape((1,))(inputs[name]))
+            floats.append(inputs[name])
+    encoded = []
+    if indices:
+        # Column i's indices [0, depth_i) move to [offset_i, offset_i + depth_i).
+        offsets = [sum(depths[:i]) for i in range(len(depths))]
+        stacked = StackColumns(offsets, name="vocabulary_indices")(indices)
+        encoded.append(
+            keras.layers.CategoryEncoding(num_tokens=sum(depths), output_mode="multi_hot")(stacked)
+        )
+    if floats:
+        encoded.append(StackColumns(name="float_features")(floats))
     x = keras.layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
+    return inputs, x
+
+
+def tabular_model(model_inputs: ModelInputs) -> keras.Model:
+    """The built-in MLP, as a model hook: float features as they are (z-scores, missing
+    indicators), vocabulary indices one-hot encoded (tabular_inputs); a softmax or one linear
+    unit on top."""
+    inputs, x = tabular_inputs(model_inputs)
+    return tabular_head(model_inputs, inputs, x)
+
+
+def tabular_head(model_inputs: ModelInputs, inputs: dict[str, Any], x) -> keras.Model:
+    """The MLP over an encoded input x (of `inputs`), compiled for the task."""
+    settings = model_inputs.settings
     for units in settings.hidden_units:
         x = keras.layers.Dense(units, activation="relu")(x)
     if model_inputs.task == features.REGRESSION:

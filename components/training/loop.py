@@ -227,10 +227,14 @@ class _Plan:
     """How one task trains: batch, epochs and steps, input sharding and caching."""
 
     global_batch: int
+    # Whether the batch was chosen from the training rows (no --batch_size).
+    batch_from_data: bool
     parameter_server: bool
     num_workers: int
     epochs: int
     steps_per_epoch: int
+    # Early stopping on the eval split's loss (0: off); epochs is then the cap.
+    patience: int
     cache_decoded: bool
     shard_policy: tf.data.experimental.AutoShardPolicy
 
@@ -250,13 +254,21 @@ def train(task: TrainTask) -> dict:
     progress = EpochProgress(plan.epochs, chief)
     # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
     timer = None if plan.parameter_server else SteadyStateTimer(plan.global_batch)
-    callbacks = _callbacks(task, strategy, chief, [progress] + ([timer] if timer else []))
+    stopping = _early_stopping(plan)
+    callbacks = _callbacks(
+        task,
+        strategy,
+        chief,
+        [progress] + ([timer] if timer else []) + ([stopping] if stopping else []),
+    )
     _log_training_start(strategy, plan, chief)
     fit_started = time.monotonic()
     history = _fit(keras_model, train_data, eval_data, plan, task.settings, callbacks)
     train_seconds = time.monotonic() - fit_started
     final = {name: float(values[-1]) for name, values in history.history.items()}
     logging.info("Final metrics: %s", final)
+    epochs_run = len(history.history.get("loss", ()))
+    stopped = _stopping_summary(stopping, progress.first_epoch or 0, epochs_run, plan, chief)
     _export(keras_model, tf_transform_output, task, chief)
     result = {
         "metrics": final,
@@ -265,10 +277,14 @@ def train(task: TrainTask) -> dict:
         "steps_per_epoch": plan.steps_per_epoch,
         "replicas": strategy.num_replicas_in_sync,
         "global_batch": plan.global_batch,
+        "per_replica_batch": plan.global_batch // strategy.num_replicas_in_sync,
+        "batch_from_data": plan.batch_from_data,
+        "early_stopping_patience": plan.patience,
+        **stopped,
         "strategy": type(strategy).__name__,
         # Wall time of fit(), trace and validation included; steps run in this attempt.
         "train_seconds": train_seconds,
-        "steps_run": (plan.epochs - (progress.first_epoch or 0)) * plan.steps_per_epoch,
+        "steps_run": epochs_run * plan.steps_per_epoch,
         "steady_examples_per_second": timer.examples_per_second if timer else None,
     }
     if chief:
@@ -290,15 +306,20 @@ def _plan(task: TrainTask, strategy, tf_transform_output) -> _Plan:
     """Global batch, epochs x steps (the train files counted unless train_steps is set), the
     decoded-image cache and the input shard policy."""
     settings = task.settings
-    global_batch = strategies.global_batch_size(settings.per_replica_batch_size, strategy)
     is_ps = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     num_workers = settings.workers if settings.needs_cluster else 1
     image_size = image_preprocessing.image_size_of(tf_transform_output)
+    batch_from_data = settings.per_replica_batch_size is None
+    # The rows decide the steps of an epoch and, without --batch_size, the batch.
     num_train = None
+    if not settings.train_steps or batch_from_data:
+        num_train = count_records(task.train_files)
+    per_replica = settings.batch_size_for(num_train, strategy.num_replicas_in_sync)
+    global_batch = strategies.global_batch_size(per_replica, strategy)
     if settings.train_steps:
         epochs, steps_per_epoch = 1, settings.train_steps
     else:
-        num_train = count_records(task.train_files)
+        assert num_train is not None
         epochs, steps_per_epoch = settings.epochs, max(1, math.ceil(num_train / global_batch))
     cache_decoded = image_size is not None and cache_decoded_images(
         task.train_files, image_size, num_train
@@ -306,12 +327,17 @@ def _plan(task: TrainTask, strategy, tf_transform_output) -> _Plan:
     shard_policy = shard_policy_for(
         task, len(task.train_files), num_workers, images=image_size is not None
     )
+    # Early stopping needs epochs to compare and the eval split's loss, which parameter-server
+    # training does not compute in fit() (the Evaluator evaluates its model).
+    patience = settings.early_stopping_patience if epochs > 1 and not is_ps else 0
     return _Plan(
         global_batch=global_batch,
+        batch_from_data=batch_from_data,
         parameter_server=is_ps,
         num_workers=num_workers,
         epochs=epochs,
         steps_per_epoch=steps_per_epoch,
+        patience=patience,
         cache_decoded=cache_decoded,
         shard_policy=shard_policy,
     )
@@ -424,23 +450,60 @@ def _callbacks(task: TrainTask, strategy, chief: bool, callbacks: list) -> list:
 
 
 def _log_training_start(strategy, plan: _Plan, chief: bool) -> None:
-    if chief:
-        progress_log.info(
-            "%s: %d replica(s), global batch %d, %d epoch(s) x %d step(s)",
-            type(strategy).__name__,
-            strategy.num_replicas_in_sync,
-            plan.global_batch,
-            plan.epochs,
-            plan.steps_per_epoch,
-        )
-    logging.info(
-        "Training with %s: global batch %d (%d replica(s)), %d epoch(s) x %d step(s)",
+    batch = "chosen from the training rows" if plan.batch_from_data else "--batch_size"
+    epochs = (
+        f"at most {plan.epochs} epoch(s) (early stopping on the eval loss, patience "
+        f"{plan.patience})"
+        if plan.patience
+        else f"{plan.epochs} epoch(s)"
+    )
+    line = "%s: %d replica(s), global batch %d (%s), %s x %d step(s)"
+    values = (
         type(strategy).__name__,
-        plan.global_batch,
         strategy.num_replicas_in_sync,
-        plan.epochs,
+        plan.global_batch,
+        batch,
+        epochs,
         plan.steps_per_epoch,
     )
+    if chief:
+        progress_log.info(line, *values)
+    logging.info("Training with " + line, *values)
+
+
+def _early_stopping(plan: _Plan):
+    """Stops when the eval loss has not improved for `patience` epochs; at the end of training
+    (stopped or at the --epochs cap) the best epoch's weights are restored, so the exported
+    model is the best one seen."""
+    if not plan.patience:
+        return None
+    return keras.callbacks.EarlyStopping(
+        monitor="val_loss", patience=plan.patience, restore_best_weights=True
+    )
+
+
+def _stopping_summary(stopping, first_epoch: int, epochs_run: int, plan: _Plan, chief: bool):
+    """Where training ended and which epoch's weights the model keeps (1-based epochs)."""
+    if stopping is None or stopping.best_weights is None:
+        return {"epochs_run": epochs_run, "best_epoch": None, "stopped_early": False}
+    # Keras numbers epochs from 0 across a resumed run (BackupAndRestore's initial epoch).
+    summary = {
+        "epochs_run": epochs_run,
+        "best_epoch": stopping.best_epoch + 1,
+        "best_val_loss": float(stopping.best),
+        "stopped_early": stopping.stopped_epoch > 0,
+    }
+    last = first_epoch + epochs_run
+    if chief:
+        progress_log.info(
+            "%s at epoch %d/%d: keeping the weights of epoch %d (eval loss %.4f)",
+            "early stopping" if summary["stopped_early"] else "training ended",
+            last,
+            plan.epochs,
+            summary["best_epoch"],
+            summary["best_val_loss"],
+        )
+    return summary
 
 
 def _fit(keras_model, train_data, eval_data, plan: _Plan, settings: TrainingConfig, callbacks):
@@ -450,9 +513,9 @@ def _fit(keras_model, train_data, eval_data, plan: _Plan, settings: TrainingConf
         steps_per_epoch=plan.steps_per_epoch,
         validation_data=eval_data,
         validation_steps=settings.eval_steps,
-        # Validate once, after the last epoch: per-epoch validation under a distribution
-        # strategy re-creates the distributed eval iterator every epoch (2x the training time).
-        validation_freq=plan.epochs,
+        # Without early stopping, validate once, after the last epoch: per-epoch validation
+        # under a distribution strategy re-creates the distributed eval iterator every epoch.
+        validation_freq=1 if plan.patience else plan.epochs,
         callbacks=callbacks,
         verbose=0,
     )

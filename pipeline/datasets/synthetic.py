@@ -4,6 +4,9 @@
 and a 3-class string label that a linear model learns from them. Vectorized with numpy and
 written with pyarrow's CSV writer: 1M rows in seconds, identical bytes for the same seed.
 
+A flights-like regression (`--flights`, `write_flights`): 19 columns (3 text) and the arrival
+delay, the shape of the issue-30 measurements of training on long tables.
+
 Wide tables (`write_wide`): any number of columns, half text with 8 values each, half numeric
 (every other one with missing values), and a 3-class label learnt from a few of them; the shape
 of the issue-30 measurements of Transform's cost per column (benchmarks.wide_transform).
@@ -181,6 +184,80 @@ def write_wide(out_dir: str, rows: int, columns: int, seed: int = 0) -> tuple[st
     return data_dir, schema_path
 
 
+FLIGHTS_LABEL_KEY = "arr_delay"
+FLIGHTS_CARRIERS = 16
+FLIGHTS_DESTINATIONS = 100
+
+
+def flights_table(rows: int, seed: int):
+    """A pyarrow Table shaped like a year of one city's departures (19 columns and the label,
+    the arrival delay in minutes: a regression): dates and scheduled times, a carrier of 16, an
+    origin of 3, a destination of 100 (each with its distance), the departure delay (heavy
+    tailed; missing for the 2 % cancelled, with their departure and air times), and the
+    arrival delay = departure delay + a route and carrier effect + noise."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng([seed, rows])
+    month = rng.integers(1, 13, rows)
+    day = rng.integers(1, 29, rows)
+    hour = rng.integers(5, 24, rows)
+    minute = rng.integers(0, 60, rows)
+    carrier = rng.integers(0, FLIGHTS_CARRIERS, rows)
+    origin = rng.integers(0, 3, rows)
+    dest = rng.integers(0, FLIGHTS_DESTINATIONS, rows)
+    route_distance = np.random.default_rng(seed).integers(80, 4000, FLIGHTS_DESTINATIONS)
+    distance = route_distance[dest] + 20 * origin
+    air_time = np.round(distance / 8.0 + 15 + rng.normal(0, 8, rows)).astype(np.int64)
+    # Late departures: most flights near on time, a long tail later in the day.
+    dep_delay = np.round(rng.exponential(10 + hour, rows) - rng.exponential(8, rows)).astype(
+        np.int64
+    )
+    carrier_effect = np.random.default_rng(seed + 1).normal(0, 6, FLIGHTS_CARRIERS)
+    arr_delay = np.round(
+        dep_delay - 6 + 0.004 * distance + carrier_effect[carrier] + rng.normal(0, 9, rows)
+    ).astype(np.int64)
+    cancelled = rng.random(rows) < 0.02
+    sched_dep = hour * 100 + minute
+    dep_minutes = (hour * 60 + minute + np.maximum(dep_delay, -30)) % 1440
+    arr_minutes = (dep_minutes + air_time + 20) % 1440
+    table = {
+        "month": month,
+        "week": (month - 1) * 4 + (day - 1) // 7 + 1,
+        "day": day,
+        "dep_time": pa.array((dep_minutes // 60) * 100 + dep_minutes % 60, mask=cancelled),
+        "sched_dep_time": sched_dep,
+        "dep_delay": pa.array(dep_delay, mask=cancelled),
+        "arr_time": pa.array((arr_minutes // 60) * 100 + arr_minutes % 60, mask=cancelled),
+        "sched_arr_time": ((hour * 60 + minute + air_time + 20) % 1440 // 60) * 100,
+        "carrier": pa.array(np.array([f"C{c:02d}" for c in range(FLIGHTS_CARRIERS)])[carrier]),
+        "flight": rng.integers(1, 8000, rows),
+        "origin": pa.array(np.array(["EWR", "JFK", "LGA"])[origin]),
+        "dest": pa.array(np.array([f"D{d:03d}" for d in range(FLIGHTS_DESTINATIONS)])[dest]),
+        "air_time": pa.array(air_time, mask=cancelled),
+        "distance": distance,
+        "hour": hour,
+        "minute": minute,
+        "day_of_week": (month * 31 + day) % 7,
+        "quarter": (month - 1) // 3 + 1,
+        "night": (hour >= 21).astype(int),
+        FLIGHTS_LABEL_KEY: arr_delay,
+    }
+    return pa.table(table)
+
+
+def write_flights(out_dir: str, rows: int, files: int = 1, seed: int = 0) -> list[str]:
+    """flights_table's rows in `files` CSV files under out_dir (flights-00000.csv, ...)."""
+    os.makedirs(out_dir, exist_ok=True)
+    table = flights_table(rows, seed)
+    paths = []
+    for index in range(files):
+        start, end = index * rows // files, (index + 1) * rows // files
+        paths.append(os.path.join(out_dir, f"flights-{index:05d}.csv"))
+        _write_csv(paths[-1], table.slice(start, end - start))
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -192,13 +269,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--flights",
+        action="store_true",
+        help=f"a flights-like regression table instead (19 columns, label {FLIGHTS_LABEL_KEY})",
+    )
     args = parser.parse_args(argv)
-    paths = write_synth(args.out, args.rows, args.files, args.seed)
+    if args.flights:
+        paths = write_flights(args.out, args.rows, args.files, args.seed)
+        run = f"--data {args.out} --label {FLIGHTS_LABEL_KEY}"
+    else:
+        paths = write_synth(args.out, args.rows, args.files, args.seed)
+        run = f"--data {args.out} --label {SYNTH_LABEL_KEY} --schema schemas/{SYNTH}/schema.pbtxt"
     size = sum(os.path.getsize(p) for p in paths)
     print(
         f"wrote {args.rows} rows in {len(paths)} file(s), {size / 1e6:.1f} MB, under {args.out}; "
-        f"run: python pipeline/run_local.py --data {args.out} --label {SYNTH_LABEL_KEY} "
-        f"--schema schemas/{SYNTH}/schema.pbtxt"
+        f"run: python pipeline/run_local.py {run}"
     )
     return 0
 

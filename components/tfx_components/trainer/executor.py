@@ -16,6 +16,7 @@ Either way, a run that wrote no serving model fails with the function and the di
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from tfx.components.trainer import executor as tfx_trainer_executor
@@ -45,6 +46,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
                 custom_config[USER_MODULE_CONFIG_KEY] = module.to_json()
             properties = dict(exec_properties, **{CUSTOM_CONFIG_KEY: json.dumps(custom_config)})
             self._run_and_check(input_dict, output_dict, properties, run_fn, module)
+            record_training_choices(output_dict)
             return
         _, settings = TrainingConfig.from_custom_config(custom_config)
         settings = settings.validate()
@@ -76,6 +78,42 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         fn_args = self._GetFnArgs(input_dict, output_dict, properties)
         user_code.load_function(run_fn)(fn_args)
         check_model_written(fn_args.serving_model_dir, run_fn, module)
+
+
+# What the project's training chose from the data (components.training.loop's result file),
+# recorded as custom properties of the Model artifact: result key -> property name.
+RECORDED_CHOICES = {
+    "per_replica_batch": "per_replica_batch_size",
+    "global_batch": "global_batch_size",
+    "batch_from_data": "batch_size_from_data",
+    "epochs": "epochs_cap",
+    "epochs_run": "epochs_run",
+    "early_stopping_patience": "early_stopping_patience",
+    "best_epoch": "best_epoch",
+    "stopped_early": "stopped_early",
+    "best_val_loss": "best_eval_loss",
+}
+
+
+def record_training_choices(output_dict) -> None:
+    """The batch size and epochs the project's run_fn chose (and where early stopping ended)
+    as custom properties of the Model artifact, which TFX publishes to MLMD with it. Numbers
+    are int/float properties; booleans 0/1 (MLMD has no bool type)."""
+    import tensorflow as tf
+
+    from components.training import loop
+
+    model_run = artifact_utils.get_single_uri(output_dict["model_run"])
+    # The chief's file, on the pipeline root's file system (local, gs://, a mounted volume).
+    with tf.io.gfile.GFile(os.path.join(model_run, loop.RESULT_FILE)) as handle:
+        result = json.load(handle)
+    [model_artifact] = output_dict[standard_component_specs.MODEL_KEY]
+    for key, name in RECORDED_CHOICES.items():
+        value = result.get(key)
+        if isinstance(value, float):
+            model_artifact.set_float_custom_property(name, value)
+        elif isinstance(value, (bool, int)):
+            model_artifact.set_int_custom_property(name, int(value))
 
 
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:

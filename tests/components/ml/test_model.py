@@ -154,3 +154,44 @@ def test_mobilenet_v2_builds_at_the_transformed_size_and_trains(image_transform_
     assert keras_model.output_shape == (None, 2)
     assert any("mobilenetv2" in layer.name for layer in keras_model.layers)
     assert np.isfinite(history["loss"][-1])
+
+
+def test_tabular_inputs_encode_every_vocabulary_column_as_its_own_one_hot():
+    """One stack and one multi-hot for all vocabulary columns: the same vector as one one-hot
+    per column concatenated (in name order), the float features after them."""
+    from components.training.settings import TrainingConfig
+
+    spec = {
+        "b_xf": tf.io.FixedLenFeature([], tf.int64),
+        "a_xf": tf.io.FixedLenFeature([], tf.int64),
+        "x_xf": tf.io.FixedLenFeature([], tf.float32),
+        "c_xf": tf.io.FixedLenFeature([], tf.int64),
+    }
+    depths = {"a_xf": 3, "b_xf": 5, "c_xf": 2}
+    model_inputs = model.ModelInputs(
+        feature_spec=spec,
+        label_key="label_xf",
+        task=features.CLASSIFICATION,
+        class_names=("p", "q"),
+        vocabulary_sizes=depths,
+        image_shape=None,
+        settings=TrainingConfig(),
+        custom_config={},
+        tf_transform_output=None,
+    )
+    inputs, encoded = model.tabular_inputs(model_inputs)
+    encoder = tf.keras.Model(inputs, encoded)
+    batch = {
+        "a_xf": np.array([0, 2, 1]),
+        "b_xf": np.array([4, 0, 4]),
+        "c_xf": np.array([1, 1, 0]),
+        "x_xf": np.array([0.5, -1.0, 2.0], np.float32),
+    }
+    expected = np.concatenate(
+        [np.eye(depths[name])[batch[name]] for name in ("a_xf", "b_xf", "c_xf")]
+        + [batch["x_xf"][:, None]],
+        axis=1,
+    )
+    np.testing.assert_array_equal(encoder(batch).numpy(), expected)
+    # The built-in model on top reads the same named inputs, one per feature.
+    assert sorted(model.tabular_model(model_inputs).input_names) == sorted(spec)
