@@ -61,6 +61,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/components/ml/test_preprocessing.py",
         "tests/components/ml/test_preprocessing_equivalence.py",
         "tests/components/ml/test_regression.py",
+        "tests/components/training/test_loop.py",
     ),
 }
 # Files that take minutes on their own: started early, after the groups.
