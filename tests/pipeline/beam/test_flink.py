@@ -1,6 +1,7 @@
 """The pipeline's Beam components on a real Flink cluster (tests/pipeline/beam/conftest.py: a
-JobManager and a TaskManager on 127.0.0.1, 2 slots, Beam's Flink job server started by Beam from
-the cached jar, SDK workers from this project's worker pool), as docs/beam.md shows the run.
+JobManager and a TaskManager on 127.0.0.1, 2 slots, one Beam Flink job server for the session
+that every Beam job goes through, SDK workers from this project's worker pool), as docs/beam.md
+shows the run.
 
 One penguins run serves every assertion: its first attempt loses the TaskManager (SIGKILL) while
 Transform's Flink job runs and fails naming Transform and Flink's reason; after a TaskManager is
@@ -33,8 +34,9 @@ pytestmark = [
 ]
 
 PAGE = "docs/beam.md"
-# What the page's commands name, replaced by this session's cluster, pool and cache.
+# What the page's commands name, replaced by this session's cluster, job server, pool and cache.
 PAGE_MASTER = "127.0.0.1:8081"
+PAGE_JOB_SERVER = "localhost:8099"
 PAGE_POOL = "localhost:50000"
 PAGE_CACHE = "~/.cache/tfx-scaleout/engines"
 BEAM_COMPONENTS = ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")
@@ -45,6 +47,7 @@ EXIT_BAD_INPUT = 2
 def _replace(flink) -> dict[str, str]:
     return {
         PAGE_MASTER: flink.cluster.master,
+        PAGE_JOB_SERVER: flink.job_server.endpoint,
         PAGE_POOL: flink.pool.endpoint,
         PAGE_CACHE: engines.cache_root(),
     }
@@ -54,6 +57,7 @@ def _explain(result, flink) -> str:
     return (
         f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n"
         f"{result.stderr[-3000:]}\nworker pool log:\n{flink.pool.log()[-3000:]}\n"
+        f"job server log:\n{flink.job_server.log()[-3000:]}\n"
         f"Flink logs: {flink.cluster.log_dir}"
     )
 
@@ -73,8 +77,8 @@ def _wait_for_running_job(flink, after_ms: int, timeout: float = 600) -> dict:
 
 
 def _start(sandbox, script: str, stderr_path) -> subprocess.Popen:
-    """The page's command in its own process group: the job server JVMs Beam starts from it
-    are in that group too, and go with it (_stop) whatever happens to the test."""
+    """The page's command in its own process group (with what it starts), stopped with it
+    (_stop) whatever happens to the test."""
     with open(stderr_path, "w") as stderr:
         return subprocess.Popen(
             ["bash", "-c", script],
@@ -97,7 +101,7 @@ def _stop(process: subprocess.Popen) -> None:
 def flink_run(flink, tmp_path_factory):
     """The page's Flink run in a sandbox: the first attempt with the TaskManager killed during
     Transform, then (a TaskManager started again) the same command once more."""
-    command = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081")
+    command = pages.command(PAGE, "--beam_runner flink --beam_job_endpoint localhost:8099")
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("flink-run"))
     script = sandbox.script(command, replace=_replace(flink))
     started = time.monotonic()
@@ -331,8 +335,14 @@ def _run_local(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedPr
 
 
 def _flags(flink, **changes: str) -> list[str]:
-    """run_local's flags for the session's cluster, some of their values changed."""
-    flags = engines.run_flags(flink.cluster, flink.pool, flink.jar)
+    """run_local's flags of the page's --flink_master command (Beam starts the job server from
+    the jar for each Beam job) for the session's cluster, some of their values changed."""
+    words = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081").words()
+    replace = _replace(flink)
+    flags = [
+        replace.get(word, word.replace(PAGE_CACHE, engines.cache_root()))
+        for word in words[words.index("pipeline/run_local.py") + 1 :]
+    ]
     for name, value in changes.items():
         flags[flags.index(f"--{name}") + 1] = value
     return flags
@@ -378,8 +388,9 @@ def test_a_bad_cluster_setting_is_one_error_within_seconds(flink, tmp_path, chan
 
 def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
     """beam.md's `python -m pipeline.beam.engines flink &` (other ports than the page's, the
-    session's engine cache): 2 free slots, then SIGTERM stops the JVMs and the worker pool."""
-    rest, pool = engines.free_port(), engines.free_port()
+    session's engine cache): 2 free slots, a job server, then SIGTERM stops the JVMs and the
+    worker pool."""
+    rest, pool, job = engines.free_port(), engines.free_port(), engines.free_port()
     sandbox = pages.Sandbox(tmp_path / "sandbox")
     log_path = tmp_path / "cluster.log"
     command = pages.command(PAGE, "python -m pipeline.beam.engines flink &")
@@ -387,7 +398,9 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
         mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engines.cache_root()}),
         open(log_path, "w") as log,
     ):
-        replace = {"engines flink": f"engines flink --rest_port {rest} --pool_port {pool}"}
+        replace = {
+            "engines flink": f"engines flink --rest_port {rest} --pool_port {pool} --job_port {job}"
+        }
         process = sandbox.start(command, log, replace=replace)
     try:
         deadline = time.monotonic() + 180
@@ -398,9 +411,9 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
         overview = engines.rest_get(f"127.0.0.1:{rest}", "/overview")
         assert (overview["taskmanagers"], overview["slots-available"]) == (1, 2), overview
         assert overview["flink-version"] == engines.FLINK_VERSION
-        assert f"--flink_master 127.0.0.1:{rest}" in log_path.read_text()
+        assert f"--beam_job_endpoint localhost:{job}" in log_path.read_text()
         children = _descendants(process.pid)
-        assert len(children) >= 3, children  # JobManager, TaskManager, worker pool
+        assert len(children) >= 4, children  # JobManager, TaskManager, job server, worker pool
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
