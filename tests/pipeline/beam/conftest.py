@@ -1,9 +1,9 @@
-"""A Flink cluster and a Spark cluster for the session, each started on first use: the engine
-obtained once (PyPI, Maven Central; cached under ~/.cache/tfx-scaleout/engines between
-sessions); Flink: a JobManager and a TaskManager on 127.0.0.1 (2 slots); Spark: a standalone
-master and worker (2 cores); for each, one Beam job server that every Beam job of the session
-goes through (Beam's FlinkRunner would start a job-server JVM per Beam job, 7-18 s each here),
-and this project's SDK worker pool; all stopped at the end, also when a test fails."""
+"""A Flink cluster for the session: the engine obtained once (PyPI, Maven Central; cached under
+~/.cache/tfx-scaleout/engines between sessions), a JobManager and a TaskManager on 127.0.0.1
+(2 slots), one Beam job server that every Beam job of the session goes through (Beam's
+FlinkRunner would start a job-server JVM per Beam job, 7-18 s each here), and this project's SDK
+worker pool; all stopped at the end, also when a test fails. (test_spark.py starts its Spark
+cluster with the page's command, in the module.)"""
 
 from __future__ import annotations
 
@@ -46,40 +46,6 @@ def flink(tmp_path_factory):
         yield FlinkSession(
             cluster, job_server, pool, jar, fetched - started, time.monotonic() - fetched
         )
-    finally:
-        pool.stop()
-        job_server.stop()
-        cluster.stop()
-
-
-@dataclasses.dataclass
-class SparkSession:
-    cluster: engines.SparkCluster
-    job_server: engines.JobServer
-    pool: engines.WorkerPool
-    fetch_s: float
-    start_s: float
-
-
-@pytest.fixture(scope="session")
-def spark(tmp_path_factory):
-    started = time.monotonic()
-    try:
-        home, jar = engines.fetch_spark()
-    except engines.EngineError as error:
-        pytest.fail(f"could not obtain Spark: {error}", pytrace=False)
-    fetched = time.monotonic()
-    work = tmp_path_factory.mktemp("spark")
-    cluster = engines.SparkCluster(home, str(work / "cluster"))
-    job_server = engines.JobServer(
-        jar, str(work / "job-server"), ("--spark-master-url", cluster.master_url)
-    )
-    pool = engines.WorkerPool(str(work / "worker-pool"))
-    try:
-        cluster.start()
-        job_server.start()
-        pool.start()
-        yield SparkSession(cluster, job_server, pool, fetched - started, time.monotonic() - fetched)
     finally:
         pool.stop()
         job_server.stop()

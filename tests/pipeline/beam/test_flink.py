@@ -12,8 +12,6 @@ found in Flink's REST API as a FINISHED job of its own."""
 from __future__ import annotations
 
 import contextlib
-import glob
-import math
 import os
 import re
 import signal
@@ -26,6 +24,7 @@ import pytest
 
 from pipeline.beam import engines
 from tests.docs import pages
+from tests.pipeline.beam import against_direct, processes
 
 pytestmark = [
     pytest.mark.slow,
@@ -101,7 +100,10 @@ def _stop(process: subprocess.Popen) -> None:
 def flink_run(flink, tmp_path_factory):
     """The page's Flink run in a sandbox: the first attempt with the TaskManager killed during
     Transform, then (a TaskManager started again) the same command once more."""
-    command = pages.command(PAGE, "--beam_runner flink --beam_job_endpoint localhost:8099")
+    command = pages.command(
+        PAGE,
+        "--beam_runner flink --beam_job_endpoint localhost:8099 --beam_environment_type EXTERNAL",
+    )
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("flink-run"))
     script = sandbox.script(command, replace=_replace(flink))
     started = time.monotonic()
@@ -158,23 +160,6 @@ def flink_run(flink, tmp_path_factory):
     }
 
 
-def _store(path: str):
-    from pipeline.mlmd import connection, records
-
-    return records.Store(connection.open_store(path))
-
-
-def _outputs(path: str) -> dict[str, dict[str, str]]:
-    """{component: {output type: uri}} of the newest execution of each component that ran."""
-    db = _store(path)
-    found: dict[str, dict[str, str]] = {}
-    for execution in sorted(db.store.get_executions(), key=lambda e: e.id):
-        outputs = db.outputs_by_type(execution.id)
-        if outputs:
-            found[db.node_of(execution)] = {kind: a[0].uri for kind, a in outputs.items()}
-    return found
-
-
 def test_taskmanager_killed_during_transform_fails_the_run_naming_transform(flink_run):
     first = flink_run["first"]
     assert first.returncode == EXIT_PIPELINE_FAILED, first.stdout + first.stderr
@@ -197,7 +182,7 @@ def test_rerun_reuses_what_finished_and_completes(flink_run):
     assert "blessed:       yes" in stdout
     # Nothing partial of the failed Transform is read: its execution is FAILED in MLMD, the
     # rerun's Transform is a new execution whose outputs are the ones Trainer read.
-    db = _store(flink_run["metadata"])
+    db = against_direct.store(flink_run["metadata"])
     transforms = [e for e in db.store.get_executions() if db.node_of(e) == "Transform"]
     states = sorted(e.last_known_state for e in transforms)
     from ml_metadata.proto import metadata_store_pb2 as mlmd_pb2
@@ -208,14 +193,8 @@ def test_rerun_reuses_what_finished_and_completes(flink_run):
 def test_every_beam_component_ran_as_a_finished_flink_job(flink, flink_run):
     """Flink's REST API: one FINISHED job inside each Beam component's execution, and the
     killed Transform attempt's job FAILED."""
-    db = _store(flink_run["metadata"])
     jobs = flink.cluster.jobs()
-    windows = {}
-    for execution in db.store.get_executions():
-        name = db.node_of(execution)
-        if name in BEAM_COMPONENTS:
-            window = (execution.create_time_since_epoch, execution.last_update_time_since_epoch)
-            windows.setdefault(name, []).append((execution.last_known_state, window))
+    windows = against_direct.execution_windows(flink_run["metadata"], BEAM_COMPONENTS)
     finished = {}
     for name, executions in windows.items():
         for _, (start, end) in executions:
@@ -227,90 +206,18 @@ def test_every_beam_component_ran_as_a_finished_flink_job(flink, flink_run):
     assert len(jobs) == len(BEAM_COMPONENTS) + 1, jobs
 
 
-def _records(pattern: str) -> list[bytes]:
-    import tensorflow as tf
-
-    files = sorted(glob.glob(pattern))
-    assert files, pattern
-    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
-
-
-def _example_key(serialized: bytes) -> tuple:
-    """A record as a sorted tuple of its features, floats rounded (float32 sums in another order
-    differ in the last bits)."""
-    import tensorflow as tf
-
-    features = tf.train.Example.FromString(serialized).features.feature
-    key = []
-    for name in sorted(features):
-        feature = features[name]
-        kind = feature.WhichOneof("kind")
-        values = list(getattr(feature, kind).value) if kind else []
-        if kind == "float_list":
-            values = [round(v, 4) for v in values]
-        key.append((name, tuple(values)))
-    return tuple(key)
-
-
 def test_same_splits_and_transformed_records_as_the_direct_runner(flink_run, penguin_runs):
-    flink_outputs = _outputs(flink_run["metadata"])
-    direct_outputs = _outputs(penguin_runs["metadata"])
-    for component, kind in (("CsvExampleGen", "Examples"), ("Transform", "Examples")):
-        for split in ("train", "eval"):
-            pattern = os.path.join("{}", f"Split-{split}", "*.gz")
-            on_flink = _records(pattern.format(flink_outputs[component][kind]))
-            on_direct = _records(pattern.format(direct_outputs[component][kind]))
-            assert len(on_flink) == len(on_direct), (component, split)
-            assert sorted(map(_example_key, on_flink)) == sorted(map(_example_key, on_direct))
+    against_direct.assert_same_splits_and_records(flink_run["metadata"], penguin_runs["metadata"])
     assert "examples:      train 253, eval 91; rows rejected: 0" in flink_run["second"].stdout
 
 
-def _statistics(uri: str) -> dict:
-    from tensorflow_data_validation import load_stats_binary
-
-    found = {}
-    for split in ("train", "eval"):
-        stats = load_stats_binary(os.path.join(uri, f"Split-{split}", "FeatureStats.pb"))
-        (dataset,) = stats.datasets
-        found[(split, "num_examples")] = dataset.num_examples
-        for feature in dataset.features:
-            name = feature.path.step[0]
-            if feature.HasField("num_stats"):
-                num = feature.num_stats
-                for field in ("mean", "std_dev", "min", "max", "num_zeros"):
-                    found[(split, name, field)] = getattr(num, field)
-                found[(split, name, "non_missing")] = num.common_stats.num_non_missing
-            else:
-                found[(split, name, "unique")] = feature.string_stats.unique
-                found[(split, name, "non_missing")] = (
-                    feature.string_stats.common_stats.num_non_missing
-                )
-    return found
-
-
 def test_same_statistics_as_the_direct_runner(flink_run, penguin_runs):
-    on_flink = _statistics(_outputs(flink_run["metadata"])["StatisticsGen"]["ExampleStatistics"])
-    on_direct = _statistics(
-        _outputs(penguin_runs["metadata"])["StatisticsGen"]["ExampleStatistics"]
-    )
-    assert on_flink.keys() == on_direct.keys()
-    different = {
-        k: (on_flink[k], on_direct[k])
-        for k in on_flink
-        if not math.isclose(on_flink[k], on_direct[k], rel_tol=1e-6, abs_tol=1e-9)
-    }
-    assert not different
+    assert not against_direct.different_statistics(flink_run["metadata"], penguin_runs["metadata"])
 
 
 def test_model_quality_as_on_the_direct_runner(flink_run, penguin_runs):
-    from pipeline.mlmd import evaluation
-
-    on_flink = evaluation.overall_metrics(
-        _outputs(flink_run["metadata"])["Evaluator"]["ModelEvaluation"]
-    )
-    on_direct = evaluation.overall_metrics(
-        _outputs(penguin_runs["metadata"])["Evaluator"]["ModelEvaluation"]
-    )
+    on_flink = against_direct.metrics(flink_run["metadata"])
+    on_direct = against_direct.metrics(penguin_runs["metadata"])
     name = "sparse_categorical_accuracy"
     print(f"accuracy: Flink {on_flink[name]:.4f}, DirectRunner {on_direct[name]:.4f}")
     assert on_flink[name] >= 0.9
@@ -412,7 +319,7 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
         assert (overview["taskmanagers"], overview["slots-available"]) == (1, 2), overview
         assert overview["flink-version"] == engines.FLINK_VERSION
         assert f"--beam_job_endpoint localhost:{job}" in log_path.read_text()
-        children = _descendants(process.pid)
+        children = processes.descendants(process.pid)
         assert len(children) >= 4, children  # JobManager, TaskManager, job server, worker pool
     finally:
         os.killpg(process.pid, signal.SIGTERM)
@@ -421,22 +328,3 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
     while [p for p in children if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not [p for p in children if os.path.exists(f"/proc/{p}")], log_path.read_text()
-
-
-def _descendants(pid: int) -> list[int]:
-    """The process ids started, directly or not, by `pid` (read from /proc)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            parents.setdefault(parent, []).append(int(entry))
-    found, queue = [], [pid]
-    while queue:
-        for child in parents.get(queue.pop(), []):
-            found.append(child)
-            queue.append(child)
-    return found
