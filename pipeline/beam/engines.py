@@ -717,26 +717,6 @@ def job_server_flags(job_server: JobServer, pool: WorkerPool, runner: str) -> li
     ]
 
 
-def run_flags(cluster: FlinkCluster, pool: WorkerPool, jar: str) -> list[str]:
-    """The flags of pipeline/run_local.py for this cluster, Beam starting the job server from
-    `jar` for each Beam job (--flink_master)."""
-    return [
-        "--beam_runner",
-        "flink",
-        "--flink_master",
-        cluster.master,
-        "--flink_version",
-        FLINK_MINOR,
-        "--beam_job_server_jar",
-        jar,
-        "--beam_environment_type",
-        "EXTERNAL",
-        "--beam_environment_config",
-        pool.endpoint,
-        "--beam_stage_project",
-    ]
-
-
 def _serve(cluster: FlinkCluster | SparkCluster, job_server: JobServer, pool: WorkerPool) -> None:
     """Starts the cluster, its job server and the worker pool, prints the run's flags, and
     waits until a process exits (an error) or Ctrl-C / SIGTERM; stops all of them either way."""
