@@ -56,23 +56,38 @@ def spark_cluster(tmp_path_factory):
         open(log_path, "w") as log,
     ):
         process = sandbox.start(pages.command(PAGE, CLUSTER_COMMAND), log, replace=replace)
+    children: list[int] = []
     try:
         deadline = time.monotonic() + 600  # a first fetch included
         while "run: " not in log_path.read_text():
             assert process.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.5)
+        children = processes.descendants(process.pid)
         yield {
             "process": process,
             "ports": ports,
             "log": log_path,
             "start_s": time.monotonic() - started,
-            "children": processes.descendants(process.pid),
+            "children": children,
         }
     finally:
+        # SIGTERM first: the command stops its JVMs and pool (each in a process group of its
+        # own, out of reach of a signal to the command's group); SIGKILL to what is left.
+        children = children or processes.descendants(process.pid)
         with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+            process.wait()
+        for pid in children:
+            with contextlib.suppress(OSError):  # gone already
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    ours = str(sandbox.root).encode() in handle.read()  # not a reused id
+                if ours:
+                    os.kill(pid, signal.SIGKILL)
 
 
 def _overview(spark_cluster) -> dict:
