@@ -1,8 +1,11 @@
-"""Flink for Beam's portable runners on this machine: obtained from PyPI and Maven Central,
-cached, and started as a standalone cluster on 127.0.0.1.
+"""Flink and Spark for Beam's portable runners on this machine: obtained from PyPI and Maven
+Central, cached, and started as standalone clusters on 127.0.0.1.
 
-    python -m pipeline.beam.engines fetch                  # cache the engine (a few minutes once)
-    python -m pipeline.beam.engines flink [--slots 2] [--rest_port 8081] [--pool_port 50000]
+    python -m pipeline.beam.engines fetch [flink|spark]    # cache the engines (a few minutes once)
+    python -m pipeline.beam.engines flink [--slots 2] [--rest_port 8081] [--job_port 8099]
+                                          [--pool_port 50000]
+    python -m pipeline.beam.engines spark [--cores 2] [--master_port 7077] [--job_port 8099]
+                                          [--pool_port 50000]
 
 `fetch` caches (under ~/.cache/tfx-scaleout/engines, or $TFX_SCALEOUT_ENGINES):
 - Flink's distribution from PyPI: `apache-flink-libraries` (lib/, plugins/) and `apache-flink`
@@ -19,14 +22,22 @@ service` only up to 2.57.0. The newest Beam whose Flink runner and job service b
 2.56.0, whose newest Flink is 1.16 (`beam-runners-flink-1.16`); Flink 1.16.3 from PyPI is the
 matching cluster. The Python SDK (2.59) talks to that job server through Beam's portable job API.
 
+Spark: `pyspark`'s sdist from PyPI carries Spark's jars/, bin/ and sbin/ (unpacked the same
+way: a SPARK_HOME, never installed); Beam's Spark job server is `beam-runners-spark-3` with
+`beam-runners-java-job-service` (2.56.0, as for Flink), whose Spark dependencies are `provided`:
+the launcher names Spark's own jars first (Spark 3.5's Jackson, Scala, log4j 2), then Beam's.
+
 `flink` starts a JobManager and a TaskManager (separate JVMs, their logs under the work
-directory) and this project's SDK worker pool, prints the flags for `pipeline/run_local.py`, and
-stops all three on Ctrl-C or SIGTERM.
+directory), `spark` a Spark master and worker (separate JVMs); both then start one Beam job
+server for the cluster (every Beam job of a run goes through it: `--beam_job_endpoint`) and this
+project's SDK worker pool, print the flags for `pipeline/run_local.py`, and stop everything on
+Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -47,6 +58,8 @@ FLINK_VERSION = "1.16.3"
 FLINK_MINOR = "1.16"
 BEAM_JOB_SERVER_VERSION = "2.56.0"
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
+SPARK_VERSION = "3.5.3"
+SPARK_JOB_SERVER_MAIN = "org.apache.beam.runners.spark.SparkJobServerDriver"
 # The logger binding the job server logs through (its slf4j-api is 1.7.30).
 SLF4J_VERSION = "1.7.30"
 
@@ -70,6 +83,13 @@ JAVA_OPENS = tuple(
         "sun.nio.ch",
         "sun.net.util",
     )
+)
+
+
+# Spark 3.5 on Java 17 opens these as well (Spark's launcher JavaModuleOptions).
+SPARK_JAVA_OPENS = JAVA_OPENS + tuple(
+    f"--add-opens=java.base/{package}=ALL-UNNAMED"
+    for package in ("sun.nio.cs", "sun.security.action", "sun.util.calendar")
 )
 
 
@@ -174,13 +194,13 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
-def _manifest(main_class: str, class_path: list[str]) -> bytes:
+def _manifest(main_class: str, class_path: list[str], opens: tuple[str, ...] = JAVA_OPENS) -> bytes:
     """A jar manifest; lines of at most 72 bytes, continued with a leading space."""
     lines = []
     for key, value in (
         ("Manifest-Version", "1.0"),
         ("Main-Class", main_class),
-        ("Add-Opens", " ".join(o.split("=")[1] for o in JAVA_OPENS)),
+        ("Add-Opens", " ".join(o.split("=")[1] for o in opens)),
         ("Class-Path", " ".join(class_path)),
     ):
         text = f"{key}: {value}".encode()
@@ -234,9 +254,103 @@ def job_server_classpath(jar: str) -> tuple[str, ...]:
     )
 
 
+def spark_home(version: str = SPARK_VERSION) -> str:
+    """SPARK_HOME of Spark `version`: jars/, bin/ and sbin/ of pyspark's sdist from PyPI,
+    unpacked once into the cache (pyspark itself is never installed)."""
+    home = os.path.join(cache_root(), f"spark-{version}")
+    if os.path.isfile(os.path.join(home, ".complete")):
+        return home
+    sdist = _pip_download(f"pyspark=={version}", os.path.join(cache_root(), "downloads"))
+    partial = tempfile.mkdtemp(prefix=f"spark-{version}-", dir=cache_root())
+    _extract(sdist, ("bin", "sbin", "jars"), partial)
+    for name in ("bin/spark-class", f"jars/spark-core_2.12-{version}.jar"):
+        if not os.path.exists(os.path.join(partial, name)):
+            raise EngineError(f"pyspark {version} from PyPI has no {name}")
+    for folder in ("bin", "sbin"):
+        for script in os.listdir(os.path.join(partial, folder)):
+            path = os.path.join(partial, folder, script)
+            os.chmod(path, os.stat(path).st_mode | 0o111)
+    # bin/spark-class takes jars/ from a distribution (one with RELEASE), not a source tree.
+    with open(os.path.join(partial, "RELEASE"), "w") as handle:
+        handle.write(f"Spark {version} (jars, bin and sbin of pyspark {version} from PyPI)\n")
+    open(os.path.join(partial, ".complete"), "w").close()
+    shutil.rmtree(home, ignore_errors=True)
+    os.rename(partial, home)
+    os.remove(sdist)  # unpacked: 317 MB less in the cache
+    return home
+
+
+_SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>tfx-scaleout</groupId>
+  <artifactId>beam-spark-job-server</artifactId>
+  <version>{beam}</version>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.beam</groupId>
+      <artifactId>beam-runners-spark-3</artifactId>
+      <version>{beam}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.beam</groupId>
+      <artifactId>beam-runners-java-job-service</artifactId>
+      <version>{beam}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def spark_job_server_jar(beam: str = BEAM_JOB_SERVER_VERSION, spark: str = SPARK_VERSION) -> str:
+    """A runnable jar of Beam's Spark job server for the cached Spark `spark`: Beam's Spark runner
+    and job service resolved from Maven Central into lib/ (their Spark dependencies are
+    `provided`), the launcher naming Spark's own jars first (so Spark runs with the Jackson,
+    Scala and slf4j 2 it is built with), then Beam's, less Beam's slf4j 1.7 API."""
+    home = spark_home(spark)
+    root = os.path.join(cache_root(), f"beam-spark-3-job-server-{beam}-spark-{spark}")
+    launcher = os.path.join(root, f"beam-runners-spark-3-job-server-{beam}.jar")
+    if os.path.isfile(launcher):
+        return launcher
+    if not shutil.which("mvn"):
+        raise EngineError("Maven (mvn) is needed to resolve Beam's Spark job server")
+    partial = tempfile.mkdtemp(prefix="job-server-", dir=cache_root())
+    with open(os.path.join(partial, "pom.xml"), "w") as handle:
+        handle.write(_SPARK_POM.format(beam=beam))
+    _run(
+        ["mvn", "-B", "-q", "dependency:copy-dependencies", "-DincludeScope=runtime"]
+        + ["-DoutputDirectory=lib"],
+        f"mvn resolving beam-runners-spark-3:{beam}",
+        cwd=partial,
+    )
+    beam_jars = sorted(
+        f"lib/{f}"
+        for f in os.listdir(os.path.join(partial, "lib"))
+        if f.endswith(".jar") and not f.startswith("slf4j-api-")
+    )
+    relative = os.path.relpath(os.path.join(home, "jars"), root)
+    spark_jars = sorted(
+        f"{relative}/{f}" for f in os.listdir(os.path.join(home, "jars")) if f.endswith(".jar")
+    )
+    with zipfile.ZipFile(os.path.join(partial, os.path.basename(launcher)), "w") as archive:
+        archive.writestr(
+            "META-INF/MANIFEST.MF",
+            _manifest(SPARK_JOB_SERVER_MAIN, spark_jars + beam_jars, SPARK_JAVA_OPENS),
+        )
+    shutil.rmtree(root, ignore_errors=True)
+    os.rename(partial, root)
+    return launcher
+
+
 def fetch() -> tuple[str, str]:
+    """Flink's home and Beam's Flink job server jar, cached."""
     os.makedirs(cache_root(), exist_ok=True)
     return flink_home(), flink_job_server_jar()
+
+
+def fetch_spark() -> tuple[str, str]:
+    """Spark's home and Beam's Spark job server jar, cached."""
+    os.makedirs(cache_root(), exist_ok=True)
+    return spark_home(), spark_job_server_jar()
 
 
 # --- a standalone cluster on this machine ------------------------------------------------------
@@ -436,17 +550,165 @@ class WorkerPool:
             _stop_group(self.process)
 
 
-def run_flags(cluster: FlinkCluster, pool: WorkerPool, jar: str) -> list[str]:
-    """The flags of pipeline/run_local.py for this cluster."""
+@dataclasses.dataclass
+class SparkCluster:
+    """A Spark standalone master and worker (bin/spark-class ...Master / ...Worker), each a JVM in
+    its own process group, on 127.0.0.1 with free ports; logs and the worker's directory under
+    work_dir. The master's web UI answers /json/ (workers, cores, applications)."""
+
+    home: str
+    work_dir: str
+    cores: int = 2
+    worker_memory: str = "3g"
+    # The master's port (spark://127.0.0.1:PORT) and its web UI's; 0: free ones.
+    port: int = 0
+    webui_port: int = 0
+    processes: dict[str, subprocess.Popen] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+        self.webui_port = self.webui_port or free_port()
+        self.log_dir = os.path.join(self.work_dir, "log")
+
+    @property
+    def master_url(self) -> str:
+        """What --spark_master_url (and the job server's --spark-master-url) names."""
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _env(self) -> dict[str, str]:
+        conf = os.path.join(self.work_dir, "conf")  # empty: no spark-defaults of the machine
+        os.makedirs(conf, exist_ok=True)
+        return dict(
+            os.environ,
+            SPARK_HOME=self.home,
+            SPARK_CONF_DIR=conf,
+            SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_LOG_DIR=self.log_dir,
+            SPARK_NO_DAEMONIZE="1",
+        )
+
+    def _start(self, name: str, arguments: list[str]) -> None:
+        os.makedirs(self.log_dir, exist_ok=True)
+        log = open(os.path.join(self.log_dir, f"{name}.out"), "a")  # noqa: SIM115
+        self.processes[name] = subprocess.Popen(
+            [os.path.join(self.home, "bin", "spark-class"), *arguments],
+            env=self._env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def overview(self, timeout: float = 5) -> dict:
+        return rest_get(f"127.0.0.1:{self.webui_port}", "/json/", timeout)
+
+    def start(self, timeout: float = 120) -> SparkCluster:
+        self._start(
+            "master",
+            ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+            + ["--port", str(self.port), "--webui-port", str(self.webui_port)],
+        )
+        worker_dir = os.path.join(self.work_dir, "worker")
+        self._start(
+            "worker",
+            ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
+            + ["--cores", str(self.cores), "--memory", self.worker_memory]
+            + ["--webui-port", str(free_port()), "--work-dir", worker_dir, self.master_url],
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            dead = [n for n, p in self.processes.items() if p.poll() is not None]
+            try:
+                overview = self.overview(2)
+                if overview["aliveworkers"] == 1 and overview["cores"] == self.cores:
+                    return self
+            except (OSError, urllib.error.URLError, ValueError):
+                overview = {}
+            if dead or time.monotonic() > deadline:
+                self.stop()
+                raise EngineError(
+                    f"Spark did not offer a worker with {self.cores} cores within "
+                    f"{timeout:.0f} s (exited: {dead}; overview {overview}); logs under "
+                    f"{self.log_dir}"
+                )
+            time.sleep(0.5)
+
+    def applications(self) -> list[dict]:
+        """Every application the master knows: {id, name, state, starttime, duration, ...}."""
+        overview = self.overview()
+        return overview["activeapps"] + overview["completedapps"]
+
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self.processes.items()}
+
+    def stop(self) -> None:
+        for name in ("worker", "master"):
+            process = self.processes.pop(name, None)
+            if process is not None:
+                _stop_group(process)
+
+
+@dataclasses.dataclass
+class JobServer:
+    """One Beam job server (`java -jar` of a job-server jar) for a cluster, in its own process
+    group: every Beam job of a run (and of later runs) goes through it (`--beam_job_endpoint`),
+    rather than Beam's FlinkRunner/SparkRunner starting one JVM per Beam job (7-18 s each here).
+    master: ("--flink-master", "HOST:PORT") or ("--spark-master-url", "spark://HOST:PORT")."""
+
+    jar: str
+    work_dir: str
+    master: tuple[str, str]
+    port: int = 0
+    process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 120) -> JobServer:
+        self.port = self.port or free_port()
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.log_path = os.path.join(self.work_dir, "job_server.log")
+        command = ["java", "-jar", self.jar, *self.master, "--job-port", str(self.port)]
+        command += ["--artifact-port", str(free_port()), "--expansion-port", str(free_port())]
+        command += ["--artifacts-dir", os.path.join(self.work_dir, "artifacts")]
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                # The Spark driver (in this JVM) on the address the cluster's workers reach.
+                env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=1),
+            ):
+                return self
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise EngineError(f"the Beam job server did not start:\n{self.log()[-3000:]}")
+            time.sleep(0.5)
+
+    @property
+    def endpoint(self) -> str:
+        return f"localhost:{self.port}"
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as handle:
+            return handle.read()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop_group(self.process)
+
+
+def job_server_flags(job_server: JobServer, pool: WorkerPool, runner: str) -> list[str]:
+    """The flags of pipeline/run_local.py for a cluster behind `job_server`."""
     return [
         "--beam_runner",
-        "flink",
-        "--flink_master",
-        cluster.master,
-        "--flink_version",
-        FLINK_MINOR,
-        "--beam_job_server_jar",
-        jar,
+        runner,
+        "--beam_job_endpoint",
+        job_server.endpoint,
         "--beam_environment_type",
         "EXTERNAL",
         "--beam_environment_config",
@@ -455,47 +717,94 @@ def run_flags(cluster: FlinkCluster, pool: WorkerPool, jar: str) -> list[str]:
     ]
 
 
+def _serve(cluster: FlinkCluster | SparkCluster, job_server: JobServer, pool: WorkerPool) -> None:
+    """Starts the cluster, its job server and the worker pool, prints the run's flags, and
+    waits until a process exits (an error) or Ctrl-C / SIGTERM; stops all of them either way."""
+    runner = "flink" if isinstance(cluster, FlinkCluster) else "spark"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        cluster.start()
+        job_server.start()
+        pool.start()
+        if isinstance(cluster, FlinkCluster):
+            print(f"Flink {FLINK_VERSION} at http://{cluster.master} (logs: {cluster.log_dir})")
+        else:
+            print(
+                f"Spark {SPARK_VERSION} at {cluster.master_url}, web UI "
+                f"http://127.0.0.1:{cluster.webui_port} (logs: {cluster.log_dir})"
+            )
+        print(f"Beam job server at {job_server.endpoint} (log: {job_server.log_path})")
+        flags = job_server_flags(job_server, pool, runner)
+        print("run: .venv/bin/python pipeline/run_local.py " + " ".join(flags))
+        sys.stdout.flush()
+        processes = [*cluster.processes.values(), job_server.process, pool.process]
+        while all(p is not None and p.poll() is None for p in processes):
+            time.sleep(1)
+        raise EngineError(f"a {runner} process exited; logs under {cluster.log_dir}")
+    finally:
+        pool.stop()
+        job_server.stop()
+        cluster.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.beam.engines", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fetch", help="cache Flink and Beam's Flink job server")
-    flink = sub.add_parser("flink", help="a Flink cluster and a worker pool, until Ctrl-C")
+    fetch_cmd = sub.add_parser("fetch", help="cache the engines and Beam's job servers for them")
+    fetch_cmd.add_argument("engine", nargs="?", choices=("flink", "spark", "all"), default="all")
+    flink = sub.add_parser(
+        "flink", help="a Flink cluster, its Beam job server and a worker pool, until Ctrl-C"
+    )
     flink.add_argument("--slots", type=int, default=2)
     flink.add_argument("--rest_port", type=int, default=8081, help="the JobManager's REST port")
-    flink.add_argument("--pool_port", type=int, default=50000, help="the worker pool's port")
-    flink.add_argument("--work_dir", default=None, help="default: a new temporary directory")
+    spark = sub.add_parser(
+        "spark", help="a Spark master and worker, their Beam job server and a worker pool"
+    )
+    spark.add_argument("--cores", type=int, default=2, help="the worker's cores")
+    spark.add_argument("--master_port", type=int, default=7077, help="spark://127.0.0.1:PORT")
+    spark.add_argument("--webui_port", type=int, default=8080, help="the master's web UI")
+    for engine in (flink, spark):
+        engine.add_argument("--job_port", type=int, default=8099, help="the Beam job server's")
+        engine.add_argument("--pool_port", type=int, default=50000, help="the worker pool's")
+        engine.add_argument("--work_dir", default=None, help="default: a new temporary folder")
     args = parser.parse_args(argv)
     try:
-        home, jar = fetch()
         if args.command == "fetch":
-            print(f"Flink {FLINK_VERSION}: {home}\nBeam's Flink job server: {jar}")
+            if args.engine in ("flink", "all"):
+                home, jar = fetch()
+                print(f"Flink {FLINK_VERSION}: {home}\nBeam's Flink job server: {jar}")
+            if args.engine in ("spark", "all"):
+                home, jar = fetch_spark()
+                print(f"Spark {SPARK_VERSION}: {home}\nBeam's Spark job server: {jar}")
             return 0
-        work_dir = os.path.abspath(args.work_dir or tempfile.mkdtemp(prefix="flink-cluster-"))
-        cluster = FlinkCluster(
-            home, work_dir, job_server_classpath(jar), slots=args.slots, rest_port=args.rest_port
-        )
+        prefix = f"{args.command}-cluster-"
+        work_dir = os.path.abspath(args.work_dir or tempfile.mkdtemp(prefix=prefix))
         pool = WorkerPool(os.path.join(work_dir, "worker-pool"), port=args.pool_port)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        try:
-            cluster.start()
-            pool.start()
-            print(f"Flink {FLINK_VERSION} at http://{cluster.master} (logs: {cluster.log_dir})")
-            print(
-                "run: .venv/bin/python pipeline/run_local.py "
-                + " ".join(run_flags(cluster, pool, jar))
+        cluster: FlinkCluster | SparkCluster
+        if args.command == "flink":
+            home, jar = fetch()
+            cluster = FlinkCluster(
+                home,
+                work_dir,
+                job_server_classpath(jar),
+                slots=args.slots,
+                rest_port=args.rest_port,
             )
-            sys.stdout.flush()
-            while all(p.poll() is None for p in cluster.processes.values()):
-                time.sleep(1)
-            raise EngineError(f"a Flink process exited; logs under {cluster.log_dir}")
-        finally:
-            pool.stop()
-            cluster.stop()
+            master = ("--flink-master", cluster.master)
+        else:
+            home, jar = fetch_spark()
+            cluster = SparkCluster(
+                home, work_dir, cores=args.cores, port=args.master_port, webui_port=args.webui_port
+            )
+            master = ("--spark-master-url", cluster.master_url)
+        job_server = JobServer(jar, os.path.join(work_dir, "job-server"), master, args.job_port)
+        _serve(cluster, job_server, pool)
     except EngineError as error:
         sys.stderr.write(f"error: {error}\n")
         return 1
     except KeyboardInterrupt:
         return 0
+    return 0
 
 
 if __name__ == "__main__":

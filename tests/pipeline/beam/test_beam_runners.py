@@ -110,11 +110,14 @@ def test_spark_portable_runner():
     assert config.pipeline_args() == [
         "--runner=SparkRunner",
         "--spark_master_url=spark://spark-master:7077",
+        "--environment_cache_millis=60000",
         "--environment_type=DOCKER",
         f"--environment_config={IMAGE}",
     ]
     spark = _options(config).view_as(beam_options.SparkRunnerOptions)
     assert spark.spark_master_url == "spark://spark-master:7077"
+    portable = _options(config).view_as(beam_options.PortableOptions)
+    assert portable.environment_cache_millis == "60000"
 
 
 def test_dataflow_args():
@@ -199,6 +202,7 @@ def test_run_local_flags_reach_the_config(capsys, tmp_path):
     config = beam_runners.beam_config(args, local.choose_beam("auto", None, 10, []))
     assert config.pipeline_args() == [
         "--runner=SparkRunner",
+        "--environment_cache_millis=60000",
         "--job_endpoint=js:8099",
         "--environment_type=LOOPBACK",
     ]

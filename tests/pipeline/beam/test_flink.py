@@ -1,6 +1,7 @@
 """The pipeline's Beam components on a real Flink cluster (tests/pipeline/beam/conftest.py: a
-JobManager and a TaskManager on 127.0.0.1, 2 slots, Beam's Flink job server started by Beam from
-the cached jar, SDK workers from this project's worker pool), as docs/beam.md shows the run.
+JobManager and a TaskManager on 127.0.0.1, 2 slots, one Beam Flink job server for the session
+that every Beam job goes through, SDK workers from this project's worker pool), as docs/beam.md
+shows the run.
 
 One penguins run serves every assertion: its first attempt loses the TaskManager (SIGKILL) while
 Transform's Flink job runs and fails naming Transform and Flink's reason; after a TaskManager is
@@ -11,8 +12,6 @@ found in Flink's REST API as a FINISHED job of its own."""
 from __future__ import annotations
 
 import contextlib
-import glob
-import math
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ import pytest
 
 from pipeline.beam import engines
 from tests.docs import pages
+from tests.pipeline.beam import against_direct, processes
 
 pytestmark = [
     pytest.mark.slow,
@@ -33,8 +33,9 @@ pytestmark = [
 ]
 
 PAGE = "docs/beam.md"
-# What the page's commands name, replaced by this session's cluster, pool and cache.
+# What the page's commands name, replaced by this session's cluster, job server, pool and cache.
 PAGE_MASTER = "127.0.0.1:8081"
+PAGE_JOB_SERVER = "localhost:8099"
 PAGE_POOL = "localhost:50000"
 PAGE_CACHE = "~/.cache/tfx-scaleout/engines"
 BEAM_COMPONENTS = ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")
@@ -45,6 +46,7 @@ EXIT_BAD_INPUT = 2
 def _replace(flink) -> dict[str, str]:
     return {
         PAGE_MASTER: flink.cluster.master,
+        PAGE_JOB_SERVER: flink.job_server.endpoint,
         PAGE_POOL: flink.pool.endpoint,
         PAGE_CACHE: engines.cache_root(),
     }
@@ -54,6 +56,7 @@ def _explain(result, flink) -> str:
     return (
         f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n"
         f"{result.stderr[-3000:]}\nworker pool log:\n{flink.pool.log()[-3000:]}\n"
+        f"job server log:\n{flink.job_server.log()[-3000:]}\n"
         f"Flink logs: {flink.cluster.log_dir}"
     )
 
@@ -73,8 +76,8 @@ def _wait_for_running_job(flink, after_ms: int, timeout: float = 600) -> dict:
 
 
 def _start(sandbox, script: str, stderr_path) -> subprocess.Popen:
-    """The page's command in its own process group: the job server JVMs Beam starts from it
-    are in that group too, and go with it (_stop) whatever happens to the test."""
+    """The page's command in its own process group (with what it starts), stopped with it
+    (_stop) whatever happens to the test."""
     with open(stderr_path, "w") as stderr:
         return subprocess.Popen(
             ["bash", "-c", script],
@@ -97,9 +100,13 @@ def _stop(process: subprocess.Popen) -> None:
 def flink_run(flink, tmp_path_factory):
     """The page's Flink run in a sandbox: the first attempt with the TaskManager killed during
     Transform, then (a TaskManager started again) the same command once more."""
-    command = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081")
+    command = pages.command(
+        PAGE,
+        "--beam_runner flink --beam_job_endpoint localhost:8099 --beam_environment_type EXTERNAL",
+    )
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("flink-run"))
-    script = sandbox.script(command, replace=_replace(flink))
+    replace = {old: new for old, new in _replace(flink).items() if old in command.text}
+    script = sandbox.script(command, replace=replace)
     started = time.monotonic()
     first = _start(sandbox, script, sandbox.root / "first.stderr")
     second = None
@@ -154,23 +161,6 @@ def flink_run(flink, tmp_path_factory):
     }
 
 
-def _store(path: str):
-    from pipeline.mlmd import connection, records
-
-    return records.Store(connection.open_store(path))
-
-
-def _outputs(path: str) -> dict[str, dict[str, str]]:
-    """{component: {output type: uri}} of the newest execution of each component that ran."""
-    db = _store(path)
-    found: dict[str, dict[str, str]] = {}
-    for execution in sorted(db.store.get_executions(), key=lambda e: e.id):
-        outputs = db.outputs_by_type(execution.id)
-        if outputs:
-            found[db.node_of(execution)] = {kind: a[0].uri for kind, a in outputs.items()}
-    return found
-
-
 def test_taskmanager_killed_during_transform_fails_the_run_naming_transform(flink_run):
     first = flink_run["first"]
     assert first.returncode == EXIT_PIPELINE_FAILED, first.stdout + first.stderr
@@ -193,7 +183,7 @@ def test_rerun_reuses_what_finished_and_completes(flink_run):
     assert "blessed:       yes" in stdout
     # Nothing partial of the failed Transform is read: its execution is FAILED in MLMD, the
     # rerun's Transform is a new execution whose outputs are the ones Trainer read.
-    db = _store(flink_run["metadata"])
+    db = against_direct.store(flink_run["metadata"])
     transforms = [e for e in db.store.get_executions() if db.node_of(e) == "Transform"]
     states = sorted(e.last_known_state for e in transforms)
     from ml_metadata.proto import metadata_store_pb2 as mlmd_pb2
@@ -204,14 +194,8 @@ def test_rerun_reuses_what_finished_and_completes(flink_run):
 def test_every_beam_component_ran_as_a_finished_flink_job(flink, flink_run):
     """Flink's REST API: one FINISHED job inside each Beam component's execution, and the
     killed Transform attempt's job FAILED."""
-    db = _store(flink_run["metadata"])
     jobs = flink.cluster.jobs()
-    windows = {}
-    for execution in db.store.get_executions():
-        name = db.node_of(execution)
-        if name in BEAM_COMPONENTS:
-            window = (execution.create_time_since_epoch, execution.last_update_time_since_epoch)
-            windows.setdefault(name, []).append((execution.last_known_state, window))
+    windows = against_direct.execution_windows(flink_run["metadata"], BEAM_COMPONENTS)
     finished = {}
     for name, executions in windows.items():
         for _, (start, end) in executions:
@@ -223,90 +207,18 @@ def test_every_beam_component_ran_as_a_finished_flink_job(flink, flink_run):
     assert len(jobs) == len(BEAM_COMPONENTS) + 1, jobs
 
 
-def _records(pattern: str) -> list[bytes]:
-    import tensorflow as tf
-
-    files = sorted(glob.glob(pattern))
-    assert files, pattern
-    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
-
-
-def _example_key(serialized: bytes) -> tuple:
-    """A record as a sorted tuple of its features, floats rounded (float32 sums in another order
-    differ in the last bits)."""
-    import tensorflow as tf
-
-    features = tf.train.Example.FromString(serialized).features.feature
-    key = []
-    for name in sorted(features):
-        feature = features[name]
-        kind = feature.WhichOneof("kind")
-        values = list(getattr(feature, kind).value) if kind else []
-        if kind == "float_list":
-            values = [round(v, 4) for v in values]
-        key.append((name, tuple(values)))
-    return tuple(key)
-
-
 def test_same_splits_and_transformed_records_as_the_direct_runner(flink_run, penguin_runs):
-    flink_outputs = _outputs(flink_run["metadata"])
-    direct_outputs = _outputs(penguin_runs["metadata"])
-    for component, kind in (("CsvExampleGen", "Examples"), ("Transform", "Examples")):
-        for split in ("train", "eval"):
-            pattern = os.path.join("{}", f"Split-{split}", "*.gz")
-            on_flink = _records(pattern.format(flink_outputs[component][kind]))
-            on_direct = _records(pattern.format(direct_outputs[component][kind]))
-            assert len(on_flink) == len(on_direct), (component, split)
-            assert sorted(map(_example_key, on_flink)) == sorted(map(_example_key, on_direct))
+    against_direct.assert_same_splits_and_records(flink_run["metadata"], penguin_runs["metadata"])
     assert "examples:      train 253, eval 91; rows rejected: 0" in flink_run["second"].stdout
 
 
-def _statistics(uri: str) -> dict:
-    from tensorflow_data_validation import load_stats_binary
-
-    found = {}
-    for split in ("train", "eval"):
-        stats = load_stats_binary(os.path.join(uri, f"Split-{split}", "FeatureStats.pb"))
-        (dataset,) = stats.datasets
-        found[(split, "num_examples")] = dataset.num_examples
-        for feature in dataset.features:
-            name = feature.path.step[0]
-            if feature.HasField("num_stats"):
-                num = feature.num_stats
-                for field in ("mean", "std_dev", "min", "max", "num_zeros"):
-                    found[(split, name, field)] = getattr(num, field)
-                found[(split, name, "non_missing")] = num.common_stats.num_non_missing
-            else:
-                found[(split, name, "unique")] = feature.string_stats.unique
-                found[(split, name, "non_missing")] = (
-                    feature.string_stats.common_stats.num_non_missing
-                )
-    return found
-
-
 def test_same_statistics_as_the_direct_runner(flink_run, penguin_runs):
-    on_flink = _statistics(_outputs(flink_run["metadata"])["StatisticsGen"]["ExampleStatistics"])
-    on_direct = _statistics(
-        _outputs(penguin_runs["metadata"])["StatisticsGen"]["ExampleStatistics"]
-    )
-    assert on_flink.keys() == on_direct.keys()
-    different = {
-        k: (on_flink[k], on_direct[k])
-        for k in on_flink
-        if not math.isclose(on_flink[k], on_direct[k], rel_tol=1e-6, abs_tol=1e-9)
-    }
-    assert not different
+    assert not against_direct.different_statistics(flink_run["metadata"], penguin_runs["metadata"])
 
 
 def test_model_quality_as_on_the_direct_runner(flink_run, penguin_runs):
-    from pipeline.mlmd import evaluation
-
-    on_flink = evaluation.overall_metrics(
-        _outputs(flink_run["metadata"])["Evaluator"]["ModelEvaluation"]
-    )
-    on_direct = evaluation.overall_metrics(
-        _outputs(penguin_runs["metadata"])["Evaluator"]["ModelEvaluation"]
-    )
+    on_flink = against_direct.metrics(flink_run["metadata"])
+    on_direct = against_direct.metrics(penguin_runs["metadata"])
     name = "sparse_categorical_accuracy"
     print(f"accuracy: Flink {on_flink[name]:.4f}, DirectRunner {on_direct[name]:.4f}")
     assert on_flink[name] >= 0.9
@@ -331,8 +243,14 @@ def _run_local(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedPr
 
 
 def _flags(flink, **changes: str) -> list[str]:
-    """run_local's flags for the session's cluster, some of their values changed."""
-    flags = engines.run_flags(flink.cluster, flink.pool, flink.jar)
+    """run_local's flags of the page's --flink_master command (Beam starts the job server from
+    the jar for each Beam job) for the session's cluster, some of their values changed."""
+    words = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081").words()
+    replace = _replace(flink)
+    flags = [
+        replace.get(word, word.replace(PAGE_CACHE, engines.cache_root()))
+        for word in words[words.index("pipeline/run_local.py") + 1 :]
+    ]
     for name, value in changes.items():
         flags[flags.index(f"--{name}") + 1] = value
     return flags
@@ -378,8 +296,9 @@ def test_a_bad_cluster_setting_is_one_error_within_seconds(flink, tmp_path, chan
 
 def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
     """beam.md's `python -m pipeline.beam.engines flink &` (other ports than the page's, the
-    session's engine cache): 2 free slots, then SIGTERM stops the JVMs and the worker pool."""
-    rest, pool = engines.free_port(), engines.free_port()
+    session's engine cache): 2 free slots, a job server, then SIGTERM stops the JVMs and the
+    worker pool."""
+    rest, pool, job = engines.free_port(), engines.free_port(), engines.free_port()
     sandbox = pages.Sandbox(tmp_path / "sandbox")
     log_path = tmp_path / "cluster.log"
     command = pages.command(PAGE, "python -m pipeline.beam.engines flink &")
@@ -387,7 +306,9 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
         mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engines.cache_root()}),
         open(log_path, "w") as log,
     ):
-        replace = {"engines flink": f"engines flink --rest_port {rest} --pool_port {pool}"}
+        replace = {
+            "engines flink": f"engines flink --rest_port {rest} --pool_port {pool} --job_port {job}"
+        }
         process = sandbox.start(command, log, replace=replace)
     try:
         deadline = time.monotonic() + 180
@@ -398,9 +319,9 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
         overview = engines.rest_get(f"127.0.0.1:{rest}", "/overview")
         assert (overview["taskmanagers"], overview["slots-available"]) == (1, 2), overview
         assert overview["flink-version"] == engines.FLINK_VERSION
-        assert f"--flink_master 127.0.0.1:{rest}" in log_path.read_text()
-        children = _descendants(process.pid)
-        assert len(children) >= 3, children  # JobManager, TaskManager, worker pool
+        assert f"--beam_job_endpoint localhost:{job}" in log_path.read_text()
+        children = processes.descendants(process.pid)
+        assert len(children) >= 4, children  # JobManager, TaskManager, job server, worker pool
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
@@ -408,22 +329,3 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
     while [p for p in children if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not [p for p in children if os.path.exists(f"/proc/{p}")], log_path.read_text()
-
-
-def _descendants(pid: int) -> list[int]:
-    """The process ids started, directly or not, by `pid` (read from /proc)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            parents.setdefault(parent, []).append(int(entry))
-    found, queue = [], [pid]
-    while queue:
-        for child in parents.get(queue.pop(), []):
-            found.append(child)
-            queue.append(child)
-    return found
