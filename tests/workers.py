@@ -42,8 +42,9 @@ EXCLUSIVE_PACKAGES = frozenset({"podman", "etcd-server", "openjdk-17-jre-headles
 
 # name -> the test files that run together on one worker.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "penguins-and-flink": (
+    "penguins-flink-spark": (
         "tests/pipeline/beam/test_flink.py",
+        "tests/pipeline/beam/test_spark.py",
         "tests/test_e2e_local.py",
         "tests/kubeflow/test_ir_pipeline.py",
     ),
