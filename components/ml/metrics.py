@@ -42,3 +42,64 @@ class MeanSquaredErrorSkill(keras.metrics.Metric):
     def reset_state(self):
         self.squared_error.assign(0.0)
         self.squared_label.assign(0.0)
+
+
+# The project's label vocabulary is ordered by count over the training split (tf.Transform
+# analyzes the train split only; components.ml.vocabularies orders by decreasing count), so class
+# index 0 is the training split's majority class: the guess a classifier must beat.
+MAJORITY_CLASS_INDEX = 0
+
+
+class _MajorityClassCounts(keras.metrics.Metric):
+    """Weighted counts over sparse class labels and class scores: examples, correct argmax
+    answers, and labels equal to the training split's majority class (index 0)."""
+
+    def __init__(self, name: str, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.examples = self.add_weight(name="examples", initializer="zeros")
+        self.correct = self.add_weight(name="correct", initializer="zeros")
+        self.majority = self.add_weight(name="majority", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = tf.reshape(tf.cast(y_true, tf.int64), [-1])
+        scores = tf.reshape(y_pred, [tf.shape(y_true)[0], -1])
+        weight = (
+            tf.ones_like(y_true, self.dtype)
+            if sample_weight is None
+            else tf.reshape(tf.cast(sample_weight, self.dtype), [-1])
+        )
+        answered = tf.argmax(scores, axis=1, output_type=tf.int64)
+        self.examples.assign_add(tf.reduce_sum(weight))
+        self.correct.assign_add(tf.reduce_sum(weight * tf.cast(answered == y_true, self.dtype)))
+        majority = tf.cast(y_true == MAJORITY_CLASS_INDEX, self.dtype)
+        self.majority.assign_add(tf.reduce_sum(weight * majority))
+
+    def reset_state(self):
+        for variable in (self.examples, self.correct, self.majority):
+            variable.assign(0.0)
+
+
+class MajorityClassAccuracy(_MajorityClassCounts):
+    """The accuracy of always answering the training split's majority class (the baseline
+    guess), on the evaluated examples."""
+
+    def __init__(self, name: str = "majority_class_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def result(self):
+        return tf.math.divide_no_nan(self.majority, self.examples)
+
+
+class AccuracySkill(_MajorityClassCounts):
+    """How much of the gap between the majority-class guess and a perfect classifier the model
+    closes: (accuracy - guess accuracy) / (1 - guess accuracy), both on the evaluated examples.
+
+    1: perfect; 0: no better than always answering the majority class; negative: worse. On a
+    95/5 split an accuracy of 0.95 scores 0; on a 60/40 split 0.80 scores 0.5.
+    """
+
+    def __init__(self, name: str = "accuracy_skill", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def result(self):
+        return tf.math.divide_no_nan(self.correct - self.majority, self.examples - self.majority)

@@ -45,6 +45,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
                 custom_config[USER_MODULE_CONFIG_KEY] = module.to_json()
             properties = dict(exec_properties, **{CUSTOM_CONFIG_KEY: json.dumps(custom_config)})
             self._run_and_check(input_dict, output_dict, properties, run_fn, module)
+            record_class_weights(output_dict)
             return
         _, settings = TrainingConfig.from_custom_config(custom_config)
         settings = settings.validate()
@@ -76,6 +77,29 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         fn_args = self._GetFnArgs(input_dict, output_dict, properties)
         user_code.load_function(run_fn)(fn_args)
         check_model_written(fn_args.serving_model_dir, run_fn, module)
+
+
+# The Model artifact's custom property with the class weights the project's training used
+# (--class_weight balanced; JSON: class name -> weight), as the chief wrote them.
+CLASS_WEIGHTS_PROPERTY = "class_weights"
+
+
+def record_class_weights(output_dict) -> None:
+    """The class weights of the chief's training result (components.training.loop), as a
+    custom property of the Model artifact, which MLMD records when the execution publishes."""
+    import tensorflow as tf
+
+    from components.training.loop import RESULT_FILE
+
+    [model_run] = output_dict["model_run"]
+    path = f"{model_run.uri}/{RESULT_FILE}"
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as handle:
+        weights = json.loads(handle.read()).get("class_weights") or {}
+    if weights:
+        for model in output_dict[standard_component_specs.MODEL_KEY]:
+            model.set_string_custom_property(CLASS_WEIGHTS_PROPERTY, json.dumps(weights))
 
 
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
