@@ -332,3 +332,44 @@ def class_names(transform_graph_uri: str, vocabulary: str = "label_vocabulary") 
         return []
     with open(path, "rb") as handle:
         return [line.rstrip(b"\n").decode("utf-8", "replace") for line in handle]
+
+
+def classification_detail(evaluation_uri: str, names: list[str]) -> dict | None:
+    """The confusion matrix and per-class precision and recall of an evaluation, with the class
+    names (`names`: class index -> name; an index without a name shows as its number): {"classes":
+    names in index order, "rows": [{"actual": name, "cells": [{"predicted": name, "count",
+    "share": count / the actual class's examples}]}], "per_class": [{"class", "precision",
+    "recall", "support"}]}. None without a confusion matrix (regression)."""
+    matrix = confusion_matrix(evaluation_uri)
+    if matrix is None:
+        return None
+
+    def name(index: int) -> str:
+        if index < 0:
+            return "(none)"
+        return names[index] if index < len(names) else str(index)
+
+    classes = matrix["classes"]
+    counts = matrix["counts"]
+    predicted = classes + ([-1] if any(p == -1 for _, p in counts) else [])
+    rows = []
+    for actual in classes:
+        total = sum(n for (a, _), n in counts.items() if a == actual)
+        rows.append(
+            {
+                "actual": name(actual),
+                "cells": [
+                    {
+                        "predicted": name(p),
+                        "count": counts.get((actual, p), 0.0),
+                        "share": counts.get((actual, p), 0.0) / total if total else 0.0,
+                    }
+                    for p in predicted
+                ],
+            }
+        )
+    return {
+        "classes": [name(p) for p in predicted],
+        "rows": rows,
+        "per_class": [{**row, "class": name(row["class"])} for row in per_class(matrix)],
+    }

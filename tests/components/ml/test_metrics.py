@@ -1,0 +1,44 @@
+"""The Evaluator's classification metrics (components.ml.metrics) on hand-made batches: class 0
+is the training split's majority class, the guess a model must beat."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from components.ml import metrics
+
+
+def _result(metric, labels, scores, weights=None):
+    metric.update_state(np.array(labels), np.array(scores, np.float32), weights)
+    return float(metric.result())
+
+
+# 10 labels, 6 of class 0 (the guess's accuracy 0.6); the model answers 8 right.
+LABELS = [0, 0, 0, 0, 0, 0, 1, 1, 2, 2]
+ANSWERS = [0, 0, 0, 0, 0, 1, 1, 1, 2, 0]
+
+
+def _scores(answers, classes=3):
+    return np.eye(classes)[answers] * 0.8 + 0.1
+
+
+def test_accuracy_skill_is_the_gain_over_the_majority_guess():
+    assert _result(metrics.MajorityClassAccuracy(), LABELS, _scores(ANSWERS)) == pytest.approx(0.6)
+    # (0.8 - 0.6) / (1 - 0.6)
+    assert _result(metrics.AccuracySkill(), LABELS, _scores(ANSWERS)) == pytest.approx(0.5)
+    # Always answering class 0 scores 0; a perfect model 1; worse than the guess is negative.
+    assert _result(metrics.AccuracySkill(), LABELS, _scores([0] * 10)) == pytest.approx(0.0)
+    assert _result(metrics.AccuracySkill(), LABELS, _scores(LABELS)) == pytest.approx(1.0)
+    assert _result(metrics.AccuracySkill(), LABELS, _scores([1] * 10)) < 0
+
+
+def test_skill_counts_example_weights_and_accumulates_batches():
+    skill = metrics.AccuracySkill()
+    # Row 9 (class 2, answered 0: wrong) three times: 12 examples, 6 of class 0, 8 right.
+    weights = np.array([1.0] * 9 + [3.0])
+    assert _result(skill, LABELS, _scores(ANSWERS), weights) == pytest.approx((8 - 6) / (12 - 6))
+    skill.reset_state()
+    skill.update_state(np.array(LABELS[:5]), _scores(ANSWERS[:5]))
+    skill.update_state(np.array(LABELS[5:]).reshape(-1, 1), _scores(ANSWERS[5:]))
+    assert float(skill.result()) == pytest.approx(0.5)

@@ -1,0 +1,134 @@
+"""Blessing against the majority-class guess, end to end on generated CSV data at default flags
+(`python pipeline/run_local.py --data DIR --label COL` in a fresh process):
+
+- 95/5 classes whose features carry no signal: the model is no better than always answering the
+  majority class (accuracy skill about 0), so it is not blessed (exit 3), although its accuracy
+  is about 0.95;
+- 60/40 classes that one feature separates: blessed and pushed.
+
+Both files carry a row-number column (1..N, shuffled), which the pre-flight check leaves out.
+The summary's figures are compared with TFMA's own reading of the Evaluator's output
+(tfma.load_eval_result) and checked against each other (the confusion matrix's cells against
+the accuracy and the guess's accuracy)."""
+
+from __future__ import annotations
+
+import csv
+import re
+
+import numpy as np
+import pytest
+
+from pipeline.mlmd import connection, evaluation
+from tests.test_e2e_local import explain, run_local
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+ROWS = 600
+
+
+def write_classes(path, minority: float, signal: bool, seed: int) -> None:
+    """ROWS rows: `row` (a shuffled row number), two numbers, a text column and the label
+    ("common" or "rare", `minority` of them rare). With signal, x0 decides the label (plus a
+    little noise); without, every feature is independent of it."""
+    rng = np.random.default_rng(seed)
+    rare = rng.random(ROWS) < minority
+    x0 = rng.standard_normal(ROWS) + (np.where(rare, 3.0, -1.0) if signal else 0.0)
+    x1 = rng.standard_normal(ROWS)
+    colour = rng.choice(["red", "green", "blue"], ROWS)
+    row_numbers = rng.permutation(ROWS) + 1
+    path.mkdir()
+    with open(path / "rows.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["row", "x0", "x1", "colour", "label"])
+        for i in range(ROWS):
+            label = "rare" if rare[i] else "common"
+            writer.writerow([row_numbers[i], f"{x0[i]:.4f}", f"{x1[i]:.4f}", colour[i], label])
+
+
+def summary_metrics(stdout: str) -> dict[str, float]:
+    line = next(line for line in stdout.splitlines() if line.startswith("  eval metrics:"))
+    pairs = line.split(":", 1)[1].split(", ")
+    return {name: float(value) for name, value in (pair.strip().rsplit(" ", 1) for pair in pairs)}
+
+
+def evaluation_uri(output_root, name: str) -> str:
+    store = connection.open_store(str(output_root / f"{name}-pipeline" / "metadata.sqlite"))
+    [evaluated] = store.get_artifacts_by_type("ModelEvaluation")
+    return evaluated.uri
+
+
+def tfma_overall(uri: str) -> dict[str, float]:
+    """TFMA's own reading of its output: the overall slice's metrics by name."""
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(uri)
+    [(slice_key, by_output)] = [s for s in result.slicing_metrics if s[0] == ()]
+    values = {}
+    for sub_keys in by_output.values():
+        for sub_key, metrics in sub_keys.items():
+            for name, value in metrics.items():
+                number = value.get("doubleValue", value.get("boundedValue", {}).get("value"))
+                if number is not None:
+                    suffix = "_micro_average" if "micro" in sub_key.lower() else ""
+                    values[name + suffix] = float(number)
+    return values
+
+
+def test_no_signal_95_5_is_not_blessed_and_strong_signal_60_40_is(tmp_path):
+    write_classes(tmp_path / "nosignal", minority=0.05, signal=False, seed=1)
+    write_classes(tmp_path / "signal", minority=0.4, signal=True, seed=2)
+    out = tmp_path / "out"
+
+    flat = run_local(
+        "--data", str(tmp_path / "nosignal"), "--label", "label", "--output_root", str(out)
+    )
+    assert flat.returncode == 3, explain(flat)
+    assert (
+        f"left out as likely identifiers (consecutive distinct integers): row ({ROWS} distinct "
+        f"in {ROWS}); --keep_columns row keeps them as features" in flat.stdout
+    )
+    metrics = summary_metrics(flat.stdout)
+    assert metrics["majority_class_accuracy"] > 0.9, flat.stdout
+    assert metrics["accuracy_skill"] < 0.1, flat.stdout
+    assert "blessed:       NO: accuracy skill over the majority-class guess" in flat.stdout
+    assert "(--min_classification_skill sets it)" in flat.stdout
+    assert "baseline:      always answering 'common' (the training split's majority" in flat.stdout
+
+    strong = run_local(
+        "--data", str(tmp_path / "signal"), "--label", "label", "--output_root", str(out)
+    )
+    assert strong.returncode == 0, explain(strong)
+    metrics = summary_metrics(strong.stdout)
+    assert 0.5 < metrics["majority_class_accuracy"] < 0.7, strong.stdout
+    assert metrics["accuracy_skill"] > 0.5, strong.stdout
+    assert (
+        "blessed:       yes (accuracy skill over the majority-class guess >= 0.1" in strong.stdout
+    )
+
+    # The summary's figures are TFMA's (printed to 4 decimals).
+    uri = evaluation_uri(out, "signal")
+    tfma_values = tfma_overall(uri)
+    for name in (
+        "sparse_categorical_accuracy",
+        "accuracy_skill",
+        "majority_class_accuracy",
+        "sparse_categorical_crossentropy",
+        "auc_micro_average",
+    ):
+        assert metrics[name] == pytest.approx(tfma_values[name], abs=6e-5), name
+    # TFMA's confusion matrix (a plot) agrees with its metrics: the diagonal is the accuracy,
+    # class 0's row (the training majority) the guess's accuracy.
+    matrix = evaluation.confusion_matrix(uri)
+    counts, total = matrix["counts"], sum(matrix["counts"].values())
+    assert total == metrics["example_count"]
+    hits = sum(n for (actual, predicted), n in counts.items() if actual == predicted)
+    assert hits / total == pytest.approx(metrics["sparse_categorical_accuracy"], abs=6e-5)
+    majority = sum(n for (actual, _), n in counts.items() if actual == 0)
+    assert majority / total == pytest.approx(metrics["majority_class_accuracy"], abs=6e-5)
+    # Per-class lines and the drawn matrix, with the class names.
+    per_class = re.search(
+        r"per class: +common precision [01]\.\d{4} recall [01]\.\d{4}", strong.stdout
+    )
+    assert per_class, strong.stdout
+    assert re.search(r"confusion: +actual \\ predicted +common +rare", strong.stdout), strong.stdout
