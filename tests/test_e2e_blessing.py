@@ -6,44 +6,25 @@
   is about 0.95;
 - 60/40 classes that one feature separates: blessed and pushed.
 
-Both files carry a row-number column (1..N, shuffled), which the pre-flight check leaves out.
+Both files (pipeline.datasets.imbalanced) carry a row-number column (1..N, shuffled), which the
+pre-flight check leaves out.
 The summary's figures are compared with TFMA's own reading of the Evaluator's output
 (tfma.load_eval_result) and checked against each other (the confusion matrix's cells against
 the accuracy and the guess's accuracy)."""
 
 from __future__ import annotations
 
-import csv
 import re
 
-import numpy as np
 import pytest
 
+from pipeline.datasets import imbalanced
 from pipeline.mlmd import connection, evaluation
 from tests.test_e2e_local import explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 ROWS = 600
-
-
-def write_classes(path, minority: float, signal: bool, seed: int) -> None:
-    """ROWS rows: `row` (a shuffled row number), two numbers, a text column and the label
-    ("common" or "rare", `minority` of them rare). With signal, x0 decides the label (plus a
-    little noise); without, every feature is independent of it."""
-    rng = np.random.default_rng(seed)
-    rare = rng.random(ROWS) < minority
-    x0 = rng.standard_normal(ROWS) + (np.where(rare, 3.0, -1.0) if signal else 0.0)
-    x1 = rng.standard_normal(ROWS)
-    colour = rng.choice(["red", "green", "blue"], ROWS)
-    row_numbers = rng.permutation(ROWS) + 1
-    path.mkdir()
-    with open(path / "rows.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["row", "x0", "x1", "colour", "label"])
-        for i in range(ROWS):
-            label = "rare" if rare[i] else "common"
-            writer.writerow([row_numbers[i], f"{x0[i]:.4f}", f"{x1[i]:.4f}", colour[i], label])
 
 
 def summary_metrics(stdout: str) -> dict[str, float]:
@@ -59,25 +40,40 @@ def evaluation_uri(output_root, name: str) -> str:
 
 
 def tfma_overall(uri: str) -> dict[str, float]:
-    """TFMA's own reading of its output: the overall slice's metrics by name."""
+    """TFMA's own reading of its output: the overall slice's metrics by name (an aggregated
+    one, which TFMA names "micro_average: true\\n_auc", as `auc_micro_average`)."""
     import tensorflow_model_analysis as tfma
 
     result = tfma.load_eval_result(uri)
-    [(slice_key, by_output)] = [s for s in result.slicing_metrics if s[0] == ()]
+    [by_output] = [metrics for key, metrics in result.slicing_metrics if key == ()]
     values = {}
     for sub_keys in by_output.values():
-        for sub_key, metrics in sub_keys.items():
+        for metrics in sub_keys.values():
             for name, value in metrics.items():
                 number = value.get("doubleValue", value.get("boundedValue", {}).get("value"))
+                if name.startswith("micro_average"):
+                    name = name.rsplit("_", 1)[-1] + "_micro_average"
                 if number is not None:
-                    suffix = "_micro_average" if "micro" in sub_key.lower() else ""
-                    values[name + suffix] = float(number)
+                    values[name] = float(number)
     return values
 
 
+def tfma_confusion(uri: str) -> dict[tuple[int, int], float]:
+    """TFMA's own reading of its confusion-matrix plot: {(actual, predicted): examples}."""
+    import tensorflow_model_analysis as tfma
+
+    result = tfma.load_eval_result(uri)
+    [plots] = [plots for key, plots in result.plots if key == ()]
+    [matrix] = plots[""][""]["multiClassConfusionMatrixAtThresholds"]["matrices"]
+    return {
+        (e.get("actualClassId", 0), e.get("predictedClassId", 0)): e["numWeightedExamples"]
+        for e in matrix["entries"]
+    }
+
+
 def test_no_signal_95_5_is_not_blessed_and_strong_signal_60_40_is(tmp_path):
-    write_classes(tmp_path / "nosignal", minority=0.05, signal=False, seed=1)
-    write_classes(tmp_path / "signal", minority=0.4, signal=True, seed=2)
+    imbalanced.write_classes(str(tmp_path / "nosignal"), ROWS, minority=0.05, separation=0, seed=1)
+    imbalanced.write_classes(str(tmp_path / "signal"), ROWS, minority=0.4, separation=4, seed=2)
     out = tmp_path / "out"
 
     flat = run_local(
@@ -120,6 +116,8 @@ def test_no_signal_95_5_is_not_blessed_and_strong_signal_60_40_is(tmp_path):
     # TFMA's confusion matrix (a plot) agrees with its metrics: the diagonal is the accuracy,
     # class 0's row (the training majority) the guess's accuracy.
     matrix = evaluation.confusion_matrix(uri)
+    ours = {cell: n for cell, n in matrix["counts"].items() if n}
+    assert ours == {cell: n for cell, n in tfma_confusion(uri).items() if n}
     counts, total = matrix["counts"], sum(matrix["counts"].values())
     assert total == metrics["example_count"]
     hits = sum(n for (actual, predicted), n in counts.items() if actual == predicted)
