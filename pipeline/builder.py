@@ -104,7 +104,19 @@ def regression_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                 ],
                 output_names=[units],
             ),
-            tfma.MetricsSpec(metrics=[skill], output_names=[normalized]),
+            tfma.MetricsSpec(
+                metrics=[
+                    skill,
+                    tfma.MetricConfig(
+                        class_name="StandardizedAbsoluteError", module=metrics.__name__
+                    ),
+                    tfma.MetricConfig(
+                        class_name="MeanPredictorStandardizedAbsoluteError",
+                        module=metrics.__name__,
+                    ),
+                ],
+                output_names=[normalized],
+            ),
         ],
     )
 

@@ -103,3 +103,49 @@ class AccuracySkill(_MajorityClassCounts):
 
     def result(self):
         return tf.math.divide_no_nan(self.correct - self.majority, self.examples - self.majority)
+
+
+class _StandardizedAbsoluteError(keras.metrics.Metric):
+    """Weighted mean of |y_pred - y_true| (or |y_true| with `of_mean`) over z-scored labels and
+    predictions, where predicting the training mean is predicting 0."""
+
+    def __init__(self, name: str, of_mean: bool, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self._of_mean = of_mean
+        self.total = self.add_weight(name="total", initializer="zeros")
+        self.weight = self.add_weight(name="weight", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = tf.reshape(tf.cast(y_true, self.dtype), [-1])
+        y_pred = tf.reshape(tf.cast(y_pred, self.dtype), [-1])
+        weight = (
+            tf.ones_like(y_true)
+            if sample_weight is None
+            else tf.reshape(tf.cast(sample_weight, self.dtype), [-1])
+        )
+        error = tf.abs(y_true) if self._of_mean else tf.abs(y_pred - y_true)
+        self.total.assign_add(tf.reduce_sum(weight * error))
+        self.weight.assign_add(tf.reduce_sum(weight))
+
+    def result(self):
+        return tf.math.divide_no_nan(self.total, self.weight)
+
+    def reset_state(self):
+        self.total.assign(0.0)
+        self.weight.assign(0.0)
+
+
+class StandardizedAbsoluteError(_StandardizedAbsoluteError):
+    """The model's mean absolute error in training standard deviations."""
+
+    def __init__(self, name: str = "standardized_absolute_error", **kwargs):
+        super().__init__(name=name, of_mean=False, **kwargs)
+
+
+class MeanPredictorStandardizedAbsoluteError(_StandardizedAbsoluteError):
+    """The mean absolute error of predicting the training mean, in training standard deviations.
+    The two ratios give the mean's errors in the label's units: MAE(mean) = MAE x this /
+    standardized_absolute_error, RMSE(mean) = RMSE / sqrt(1 - mean_squared_error_skill)."""
+
+    def __init__(self, name: str = "mean_predictor_standardized_absolute_error", **kwargs):
+        super().__init__(name=name, of_mean=True, **kwargs)

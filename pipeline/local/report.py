@@ -123,9 +123,36 @@ def _class_name(summary: RunSummary, index: int) -> str:
     return names[index] if index < len(names) else str(index)
 
 
+def _mean_predictor(metrics: dict[str, float]) -> str | None:
+    """Regression: the errors of predicting the training mean, in the label's units, from the
+    model's and the two standardized ratios (components.ml.metrics)."""
+    needed = (
+        "mean_absolute_error",
+        "root_mean_squared_error",
+        "mean_squared_error_skill",
+        "standardized_absolute_error",
+        "mean_predictor_standardized_absolute_error",
+    )
+    if not all(name in metrics for name in needed) or metrics["mean_squared_error_skill"] >= 1:
+        return None
+    if not metrics["standardized_absolute_error"]:
+        return None
+    mae = metrics["mean_absolute_error"] * (
+        metrics["mean_predictor_standardized_absolute_error"]
+        / metrics["standardized_absolute_error"]
+    )
+    rmse = metrics["root_mean_squared_error"] / (1 - metrics["mean_squared_error_skill"]) ** 0.5
+    return (
+        f"baseline:      predicting the training mean: MAE {mae:.4g}, RMSE {rmse:.4g} (label "
+        f"units); the model MAE {metrics['mean_absolute_error']:.4g}, RMSE "
+        f"{metrics['root_mean_squared_error']:.4g}"
+    )
+
+
 def describe_classes(summary: RunSummary) -> list[str]:
     """Classification: the majority-class guess beside the model, each class's precision and
-    recall, the confusion matrix (rows: actual class, columns: predicted), the class weights."""
+    recall, the confusion matrix (rows: actual class, columns: predicted), the class weights.
+    Regression: the training mean's errors beside the model's."""
     lines = []
     metrics = summary.metrics
     if "majority_class_accuracy" in metrics:
@@ -136,6 +163,9 @@ def describe_classes(summary: RunSummary) -> list[str]:
             f"{metrics.get('sparse_categorical_accuracy', float('nan')):.4f}, accuracy skill "
             f"{metrics.get('accuracy_skill', float('nan')):.4f}"
         )
+    mean_line = _mean_predictor(metrics)
+    if mean_line:
+        lines.append(mean_line)
     if summary.class_weights:
         weights = ", ".join(f"{name} {w:.3f}" for name, w in summary.class_weights.items())
         lines.append(f"class weights: {weights} (--class_weight)")

@@ -298,11 +298,12 @@ def confusion_matrix(evaluation_uri: str, model_name: str | None = None) -> dict
     matrix = found.get(model_name)
     if matrix is None:
         return None
-    counts: dict[tuple[int, int], float] = collections.Counter()
+    counts: dict[tuple[int, int], float] = {}
     for cell in matrix.entries:
-        counts[(cell.actual_class_id, cell.predicted_class_id)] += cell.num_weighted_examples
+        key = (cell.actual_class_id, cell.predicted_class_id)
+        counts[key] = counts.get(key, 0.0) + cell.num_weighted_examples
     classes = sorted({a for a, _ in counts} | {p for _, p in counts if p >= 0})
-    return {"classes": classes, "counts": dict(counts)}
+    return {"classes": classes, "counts": counts}
 
 
 def per_class(matrix: dict) -> list[dict]:

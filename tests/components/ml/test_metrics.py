@@ -42,3 +42,11 @@ def test_skill_counts_example_weights_and_accumulates_batches():
     skill.update_state(np.array(LABELS[:5]), _scores(ANSWERS[:5]))
     skill.update_state(np.array(LABELS[5:]).reshape(-1, 1), _scores(ANSWERS[5:]))
     assert float(skill.result()) == pytest.approx(0.5)
+
+
+def test_standardized_errors_of_the_model_and_of_the_training_mean():
+    labels = np.array([1.0, -1.0, 2.0, 0.0])  # z-scored: the training mean is 0
+    predictions = np.array([0.5, -1.0, 1.0, 0.5])
+    assert _result(metrics.StandardizedAbsoluteError(), labels, predictions) == pytest.approx(0.5)
+    mean = metrics.MeanPredictorStandardizedAbsoluteError()
+    assert _result(mean, labels, predictions) == pytest.approx(1.0)

@@ -170,3 +170,19 @@ def test_exported_inferred_schema_lists_excluded_columns_as_disabled(tmp_path):
         "date": schema_pb2.DISABLED,
         "name": schema_pb2.DISABLED,
     }
+
+
+def test_summary_line_for_regression_gives_the_training_mean_errors_in_label_units():
+    summary = _summary(True)
+    # MAE 40 at 0.5 standard deviations, the mean's 0.8: 64; RMSE 50 at skill 0.36: 50 / 0.8.
+    summary.metrics = {
+        "mean_absolute_error": 40.0,
+        "root_mean_squared_error": 50.0,
+        "mean_squared_error_skill": 0.36,
+        "standardized_absolute_error": 0.5,
+        "mean_predictor_standardized_absolute_error": 0.8,
+    }
+    assert report.describe_classes(summary) == [
+        "baseline:      predicting the training mean: MAE 64, RMSE 62.5 (label units); the "
+        "model MAE 40, RMSE 50"
+    ]
