@@ -193,12 +193,18 @@ def classification_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     (the training split's most frequent class: index 0 of Transform's label vocabulary),
     (accuracy - guess) / (1 - guess), reaches min_classification_skill, its accuracy reaches
     accuracy_threshold when one is given, and its accuracy does not drop below the previous
-    blessed model's. Beside them, for a reader: the guess's accuracy, log loss, AUC
-    (one-vs-rest, micro-averaged over the classes) and the confusion matrix (TFMA's plot), from
-    which the per-class precision and recall are read (pipeline.mlmd.evaluation)."""
+    blessed model's; with --class_weight balanced, the balanced-accuracy skill takes the
+    accuracy skill's place in both conditions. Beside them, for a reader: the guess's accuracy,
+    log loss, AUC (one-vs-rest, micro-averaged over the classes) and the confusion matrix
+    (TFMA's plot), from which the per-class precision and recall are read
+    (pipeline.mlmd.evaluation)."""
     no_regression = tfma.GenericChangeThreshold(
         direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
     )
+    # --class_weight balanced asks for every class to count alike: the skill is then measured
+    # in balanced accuracy (the mean per-class recall), where the guess scores 1 / classes, and
+    # it is that which must not regress; the accuracy skill is still shown.
+    balanced = config.training.class_weight == "balanced"
     accuracy = tfma.MetricConfig(
         class_name="SparseCategoricalAccuracy",
         threshold=tfma.MetricThreshold(
@@ -208,17 +214,30 @@ def classification_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
             if config.accuracy_threshold is not None
             else None,
             # No regression against the previous blessed model (when there is one).
-            change_threshold=no_regression,
+            change_threshold=None if balanced else no_regression,
         ),
+    )
+    skill_threshold = tfma.MetricThreshold(
+        value_threshold=tfma.GenericValueThreshold(
+            lower_bound={"value": config.min_classification_skill}
+        ),
+        change_threshold=no_regression if balanced else None,
     )
     skill = tfma.MetricConfig(
         class_name="AccuracySkill",
         module=metrics.__name__,
-        threshold=tfma.MetricThreshold(
-            value_threshold=tfma.GenericValueThreshold(
-                lower_bound={"value": config.min_classification_skill}
+        threshold=None if balanced else skill_threshold,
+    )
+    extra = (
+        [
+            tfma.MetricConfig(
+                class_name="BalancedAccuracySkill",
+                module=metrics.__name__,
+                threshold=skill_threshold,
             )
-        ),
+        ]
+        if balanced
+        else []
     )
     return tfma.EvalConfig(
         model_specs=[
@@ -240,6 +259,7 @@ def classification_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                     tfma.MetricConfig(class_name="MajorityClassAccuracy", module=metrics.__name__),
                     tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
                     tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+                    *extra,
                 ]
             ),
             tfma.MetricsSpec(

@@ -149,3 +149,50 @@ class MeanPredictorStandardizedAbsoluteError(_StandardizedAbsoluteError):
 
     def __init__(self, name: str = "mean_predictor_standardized_absolute_error", **kwargs):
         super().__init__(name=name, of_mean=True, **kwargs)
+
+
+# Balanced accuracy keeps one count per class; class indices at or above this are an error.
+MAX_CLASSES = 1024
+
+
+class BalancedAccuracySkill(keras.metrics.Metric):
+    """Skill in balanced accuracy (the mean of the per-class recalls) over the majority-class
+    guess, whose balanced accuracy is 1 / classes (recall 1 on its class, 0 on the others):
+    (balanced accuracy - 1/K) / (1 - 1/K), K the classes present among the labels. The measure
+    that matches --class_weight balanced, which makes every class weigh the same."""
+
+    def __init__(self, name: str = "balanced_accuracy_skill", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.support = self.add_weight(name="support", shape=(MAX_CLASSES,), initializer="zeros")
+        self.hits = self.add_weight(name="hits", shape=(MAX_CLASSES,), initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = tf.reshape(tf.cast(y_true, tf.int64), [-1])
+        scores = tf.reshape(y_pred, [tf.shape(y_true)[0], -1])
+        weight = (
+            tf.ones_like(y_true, self.dtype)
+            if sample_weight is None
+            else tf.reshape(tf.cast(sample_weight, self.dtype), [-1])
+        )
+        tf.debugging.assert_less(
+            y_true, tf.constant(MAX_CLASSES, tf.int64), message="more classes than MAX_CLASSES"
+        )
+        # A label unseen in training (-1) counts for no class.
+        known = y_true >= 0
+        classes = tf.where(known, y_true, 0)
+        weight = weight * tf.cast(known, self.dtype)
+        correct = tf.cast(tf.argmax(scores, axis=1, output_type=tf.int64) == y_true, self.dtype)
+        self.support.assign_add(tf.math.unsorted_segment_sum(weight, classes, MAX_CLASSES))
+        self.hits.assign_add(tf.math.unsorted_segment_sum(weight * correct, classes, MAX_CLASSES))
+
+    def result(self):
+        present = self.support > 0
+        classes = tf.reduce_sum(tf.cast(present, self.dtype))
+        recalls = tf.math.divide_no_nan(self.hits, self.support)
+        balanced = tf.math.divide_no_nan(tf.reduce_sum(recalls), classes)
+        guess = tf.math.divide_no_nan(1.0, classes)
+        return tf.math.divide_no_nan(balanced - guess, 1.0 - guess)
+
+    def reset_state(self):
+        self.support.assign(tf.zeros_like(self.support))
+        self.hits.assign(tf.zeros_like(self.hits))

@@ -114,6 +114,7 @@ def print_summary(
 
 
 SKILL_WORDS = "accuracy skill over the majority-class guess"
+BALANCED_SKILL_WORDS = "balanced-accuracy skill over the majority-class guess (--class_weight)"
 
 
 def _class_name(summary: RunSummary, index: int) -> str:
@@ -228,10 +229,11 @@ def blessing_conditions(config: config_lib.PipelineConfig) -> list[tuple[str, st
                 "--accuracy_threshold",
             )
         ]
+    balanced = config.training.class_weight == "balanced"
     conditions = [
         (
-            "accuracy_skill",
-            SKILL_WORDS,
+            "balanced_accuracy_skill" if balanced else "accuracy_skill",
+            BALANCED_SKILL_WORDS if balanced else SKILL_WORDS,
             config.min_classification_skill,
             "--min_classification_skill",
         )

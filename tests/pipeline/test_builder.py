@@ -80,6 +80,8 @@ def test_regression_eval_config_thresholds_skill_over_the_training_mean(tmp_path
 
 
 def test_classification_eval_config_blesses_on_skill_over_the_majority_guess(tmp_path):
+    import dataclasses
+
     from pipeline import config as config_lib
     from pipeline import datasets
 
@@ -113,6 +115,16 @@ def test_classification_eval_config_blesses_on_skill_over_the_majority_guess(tmp
     [accuracy, skill] = builder.eval_config(strict).metrics_specs[0].metrics[1:3]
     assert accuracy.threshold.value_threshold.lower_bound.value == 0.95
     assert skill.threshold.value_threshold.lower_bound.value == 0.3
+    # --class_weight balanced: the bound and the no-regression rule move to balanced accuracy.
+    weighted = dataclasses.replace(
+        config, training=dataclasses.replace(config.training, class_weight="balanced")
+    )
+    metrics = {m.class_name: m for m in builder.eval_config(weighted).metrics_specs[0].metrics}
+    balanced = metrics["BalancedAccuracySkill"].threshold
+    assert balanced.value_threshold.lower_bound.value == 0.1
+    assert balanced.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    assert not metrics["AccuracySkill"].HasField("threshold")
+    assert not metrics["SparseCategoricalAccuracy"].threshold.HasField("change_threshold")
 
 
 def _user_pipeline(tmp_path, module_text: str, **choice):

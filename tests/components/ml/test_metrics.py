@@ -50,3 +50,16 @@ def test_standardized_errors_of_the_model_and_of_the_training_mean():
     assert _result(metrics.StandardizedAbsoluteError(), labels, predictions) == pytest.approx(0.5)
     mean = metrics.MeanPredictorStandardizedAbsoluteError()
     assert _result(mean, labels, predictions) == pytest.approx(1.0)
+
+
+def test_balanced_accuracy_skill_weighs_every_class_alike():
+    # Recalls 5/6, 2/2, 1/2: balanced accuracy 7/9 against the guess's 1/3.
+    skill = _result(metrics.BalancedAccuracySkill(), LABELS, _scores(ANSWERS))
+    assert skill == pytest.approx((7 / 9 - 1 / 3) / (1 - 1 / 3))
+    # The majority guess scores 0 here too, however imbalanced the classes.
+    assert _result(metrics.BalancedAccuracySkill(), LABELS, _scores([0] * 10)) == pytest.approx(0)
+    # A rare class found at the cost of the common one's accuracy: accuracy skill < 0, balanced > 0.
+    labels, answers = [0] * 9 + [1], [0] * 7 + [1, 1, 1]
+    assert _result(metrics.AccuracySkill(), labels, _scores(answers, 2)) < 0
+    balanced = _result(metrics.BalancedAccuracySkill(), labels, _scores(answers, 2))
+    assert balanced == pytest.approx(((7 / 9 + 1) / 2 - 0.5) / 0.5)
