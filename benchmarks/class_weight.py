@@ -61,6 +61,8 @@ def _run(data_dir: str, output_root: str, *flags: str) -> dict:
         "precision": rare["precision"] or 0.0,
         "accuracy": metrics["sparse_categorical_accuracy"],
         "skill": metrics["accuracy_skill"],
+        # Shown with --class_weight balanced, where it is the blessing measure.
+        "balanced_skill": metrics.get("balanced_accuracy_skill"),
         "blessed": result.returncode == 0,
         "weights": records.custom_value(model, run_summary.CLASS_WEIGHTS_PROPERTY),
     }
@@ -84,8 +86,14 @@ def rows_of(measured: dict[str, dict]) -> list[common.Row]:
 
     def note(run: dict) -> str:
         return (
-            f"precision {run['precision']:.3f}, accuracy {run['accuracy']:.4f}, skill "
-            f"{run['skill']:.3f}, {'blessed' if run['blessed'] else 'not blessed'}"
+            f"precision {run['precision']:.3f}, accuracy {run['accuracy']:.4f}, accuracy skill "
+            f"{run['skill']:.3f}"
+            + (
+                f", balanced-accuracy skill {run['balanced_skill']:.3f}"
+                if run["balanced_skill"] is not None
+                else ""
+            )
+            + f", {'blessed' if run['blessed'] else 'not blessed'}"
         )
 
     return [
