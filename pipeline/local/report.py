@@ -163,6 +163,11 @@ def describe_classes(summary: RunSummary) -> list[str]:
             f"accuracy {metrics['majority_class_accuracy']:.4f}; the model "
             f"{metrics.get('sparse_categorical_accuracy', float('nan')):.4f}, accuracy skill "
             f"{metrics.get('accuracy_skill', float('nan')):.4f}"
+            + (
+                f", balanced-accuracy skill {metrics['balanced_accuracy_skill']:.4f}"
+                if "balanced_accuracy_skill" in metrics
+                else ""
+            )
         )
     mean_line = _mean_predictor(metrics)
     if mean_line:
