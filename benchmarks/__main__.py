@@ -41,6 +41,7 @@ BENCHMARKS = (
     ("cache_fingerprint", None),
     ("mlmd_inspect", None),
     ("user_module", None),
+    ("class_weight", None),
     ("penguin_vs_tfx_example", "two cold and two warm full pipeline runs, about 7 minutes"),
 )
 

@@ -359,6 +359,7 @@ def build_configs(
         ),
         max_rejected_fraction=args.max_rejected_fraction,
         accuracy_threshold=args.accuracy_threshold,
+        min_classification_skill=args.min_classification_skill,
         min_regression_skill=args.min_regression_skill,
     ).validate()
     if user_code.choice_from_args(args).given:

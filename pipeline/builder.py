@@ -52,6 +52,9 @@ IMAGE_PREPROCESSING_FN = "components.ml.image_preprocessing.preprocessing_fn"
 IMAGE_TRANSFORM_BATCH_SIZE = 1024
 RUN_FN = trainer_executor.PROJECT_RUN_FN
 TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
+# A user's run_fn encodes its label its own way (the majority class need not be index 0): its
+# classifier is held to an accuracy, this one unless --accuracy_threshold is given.
+USER_RUN_FN_ACCURACY = 0.9
 
 
 def image_transform_config(image_size: int) -> dict:
@@ -101,7 +104,19 @@ def regression_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                 ],
                 output_names=[units],
             ),
-            tfma.MetricsSpec(metrics=[skill], output_names=[normalized]),
+            tfma.MetricsSpec(
+                metrics=[
+                    skill,
+                    tfma.MetricConfig(
+                        class_name="StandardizedAbsoluteError", module=metrics.__name__
+                    ),
+                    tfma.MetricConfig(
+                        class_name="MeanPredictorStandardizedAbsoluteError",
+                        module=metrics.__name__,
+                    ),
+                ],
+                output_names=[normalized],
+            ),
         ],
     )
 
@@ -121,6 +136,9 @@ def user_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
         else tfma.MetricDirection.HIGHER_IS_BETTER,
         absolute={"value": 1e-10 if regression else -1e-10},
     )
+    accuracy_threshold = (
+        USER_RUN_FN_ACCURACY if config.accuracy_threshold is None else config.accuracy_threshold
+    )
     if regression:
         metrics = [
             tfma.MetricConfig(class_name="ExampleCount"),
@@ -137,7 +155,7 @@ def user_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                 class_name="SparseCategoricalAccuracy",
                 threshold=tfma.MetricThreshold(
                     value_threshold=tfma.GenericValueThreshold(
-                        lower_bound={"value": config.accuracy_threshold}
+                        lower_bound={"value": accuracy_threshold}
                     ),
                     change_threshold=no_regression,
                 ),
@@ -167,17 +185,59 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
         return user_eval_config(config)
     if config.dataset.task == "regression":
         return regression_eval_config(config)
+    return classification_eval_config(config)
+
+
+def classification_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+    """The project's classifier. Blessed when its accuracy skill over the majority-class guess
+    (the training split's most frequent class: index 0 of Transform's label vocabulary),
+    (accuracy - guess) / (1 - guess), reaches min_classification_skill, its accuracy reaches
+    accuracy_threshold when one is given, and its accuracy does not drop below the previous
+    blessed model's; with --class_weight balanced, the balanced-accuracy skill takes the
+    accuracy skill's place in both conditions. Beside them, for a reader: the guess's accuracy,
+    log loss, AUC (one-vs-rest, micro-averaged over the classes) and the confusion matrix
+    (TFMA's plot), from which the per-class precision and recall are read
+    (pipeline.mlmd.evaluation)."""
+    no_regression = tfma.GenericChangeThreshold(
+        direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
+    )
+    # --class_weight balanced asks for every class to count alike: the skill is then measured
+    # in balanced accuracy (the mean per-class recall), where the guess scores 1 / classes, and
+    # it is that which must not regress; the accuracy skill is still shown.
+    balanced = config.training.class_weight == "balanced"
     accuracy = tfma.MetricConfig(
         class_name="SparseCategoricalAccuracy",
         threshold=tfma.MetricThreshold(
             value_threshold=tfma.GenericValueThreshold(
                 lower_bound={"value": config.accuracy_threshold}
-            ),
+            )
+            if config.accuracy_threshold is not None
+            else None,
             # No regression against the previous blessed model (when there is one).
-            change_threshold=tfma.GenericChangeThreshold(
-                direction=tfma.MetricDirection.HIGHER_IS_BETTER, absolute={"value": -1e-10}
-            ),
+            change_threshold=None if balanced else no_regression,
         ),
+    )
+    skill_threshold = tfma.MetricThreshold(
+        value_threshold=tfma.GenericValueThreshold(
+            lower_bound={"value": config.min_classification_skill}
+        ),
+        change_threshold=no_regression if balanced else None,
+    )
+    skill = tfma.MetricConfig(
+        class_name="AccuracySkill",
+        module=metrics.__name__,
+        threshold=None if balanced else skill_threshold,
+    )
+    extra = (
+        [
+            tfma.MetricConfig(
+                class_name="BalancedAccuracySkill",
+                module=metrics.__name__,
+                threshold=skill_threshold,
+            )
+        ]
+        if balanced
+        else []
     )
     return tfma.EvalConfig(
         model_specs=[
@@ -191,7 +251,21 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
         ],
         slicing_specs=[tfma.SlicingSpec()],
         metrics_specs=[
-            tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name="ExampleCount"), accuracy])
+            tfma.MetricsSpec(
+                metrics=[
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                    accuracy,
+                    skill,
+                    tfma.MetricConfig(class_name="MajorityClassAccuracy", module=metrics.__name__),
+                    tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
+                    tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+                    *extra,
+                ]
+            ),
+            tfma.MetricsSpec(
+                metrics=[tfma.MetricConfig(class_name="AUC")],
+                aggregate=tfma.AggregationOptions(micro_average=True),
+            ),
         ],
     )
 

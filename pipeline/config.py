@@ -364,7 +364,13 @@ class PipelineConfig:
     transform_shards: int = 4
     # ExampleGen fails when more than this fraction of rows is rejected (0: any reject fails).
     max_rejected_fraction: float = 0.0
-    accuracy_threshold: float = 0.9
+    # Classification: the model is blessed when its accuracy skill over the majority-class guess
+    # (the training split's most frequent class), (accuracy - guess) / (1 - guess), is at least
+    # this on the eval split (components.ml.metrics.AccuracySkill).
+    min_classification_skill: float = 0.1
+    # Classification: an extra bound on the eval accuracy itself (None: none). A user's run_fn,
+    # whose label encoding is the user's, is held to this (0.9 when not given) instead.
+    accuracy_threshold: float | None = None
     # Regression: the model is blessed when its eval mean squared error is at most (1 - this)
     # times that of predicting the training mean (skill = 1 - MSE / MSE_mean >= this).
     min_regression_skill: float = 0.1
@@ -424,9 +430,16 @@ class PipelineConfig:
             f"must be in [0, 1), got {self.max_rejected_fraction}",
         )
         _require(
-            0.0 <= self.accuracy_threshold <= 1.0,
+            self.accuracy_threshold is None or 0.0 <= self.accuracy_threshold <= 1.0,
             "accuracy_threshold",
             f"must be in [0, 1], got {self.accuracy_threshold}",
+        )
+        _require(
+            self.min_classification_skill < 1.0,
+            "min_classification_skill",
+            f"must be below 1 (1: a perfect model; 0: the majority-class guess; a negative "
+            f"bound also blesses models worse than the guess), got "
+            f"{self.min_classification_skill}",
         )
         _require(
             0.0 <= self.min_regression_skill < 1.0,
@@ -441,6 +454,16 @@ class PipelineConfig:
                 "training.shard_policy",
                 f"'file' needs at least as many Transform shards as workers: "
                 f"{self.transform_shards} shard(s) for {training.workers} worker(s)",
+            )
+        if training.class_weight != "none":
+            _require(
+                self.dataset.task == "classification"
+                and not self.dataset.is_images
+                and not self.user_code.preprocessing_fn
+                and not self.user_code.run_fn,
+                "training.class_weight (--class_weight)",
+                "weighs classes by the label counts the project's tabular preprocessing "
+                "computes: for CSV classification without your own preprocessing_fn or run_fn",
             )
         _require(bool(self.dataset.label_key), "dataset.label_key", "must not be empty")
         _require(

@@ -97,10 +97,19 @@ def add_pipeline_flags(
         help="fail when more than this fraction of CSV rows (or image files) is rejected",
     )
     parser.add_argument(
+        "--min_classification_skill",
+        type=float,
+        default=defaults["min_classification_skill"].default,
+        help="classification: Evaluator blesses the model only when its accuracy skill over "
+        "always answering the training split's majority class, (accuracy - guess) / (1 - "
+        "guess), is at least this",
+    )
+    parser.add_argument(
         "--accuracy_threshold",
         type=float,
         default=defaults["accuracy_threshold"].default,
-        help="classification: Evaluator blesses the model only at or above this accuracy",
+        help="classification: also require at least this eval accuracy (default: no bound; "
+        "a --run_fn of yours: 0.9)",
     )
     parser.add_argument(
         "--min_regression_skill",

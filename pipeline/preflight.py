@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import glob
+import math
 import os
 from typing import NamedTuple
 
@@ -44,13 +45,19 @@ IDENTIFIER_DISTINCT_FRACTION = 0.9
 EXCLUDED_STAGES = ("DISABLED", "DEPRECATED")
 
 
+NEAR_UNIQUE_TEXT = "near-unique text"
+ROW_NUMBERS = "row numbers"
+
+
 class Identifier(NamedTuple):
-    """A string column whose values nearly all differ: it identifies rows (a name, a date, a
-    key) and is left out of the features of an inferred schema."""
+    """A column that identifies rows and is left out of the features of an inferred schema: a
+    string column whose values nearly all differ (a name, a date, a key), or an integer column
+    whose values are all distinct and consecutive (a row number: 1..N in some order)."""
 
     name: str
     distinct: int
     values: int
+    kind: str = NEAR_UNIQUE_TEXT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,17 +228,34 @@ def resolve_task(dataset: DatasetConfig, label_type: str, values: pa.ChunkedArra
 
 
 def likely_identifiers(table: pa.Table, names) -> list[Identifier]:
-    """The string columns whose values are nearly all distinct: they identify rows (names,
-    dates, keys) and would be memorised as features."""
+    """The columns that identify rows and would be memorised as features: string columns whose
+    values are nearly all distinct (names, dates, keys), and integer columns of row numbers
+    (every cell filled, every value distinct, together a run of consecutive integers)."""
     found = []
     for name in names:
-        values = table.column(name).drop_null()
-        if len(values) < IDENTIFIER_MIN_VALUES or csv_reader.infer_column_type(values) != "string":
+        column = table.column(name)
+        values = column.drop_null()
+        if len(values) < IDENTIFIER_MIN_VALUES:
             continue
-        distinct = len(pc.unique(values))
-        if distinct >= IDENTIFIER_DISTINCT_FRACTION * len(values):
-            found.append(Identifier(name, distinct, len(values)))
+        column_type = csv_reader.infer_column_type(values)
+        if column_type == csv_reader.STRING:
+            distinct = len(pc.unique(values))
+            if distinct >= IDENTIFIER_DISTINCT_FRACTION * len(values):
+                found.append(Identifier(name, distinct, len(values)))
+        elif (
+            column_type == csv_reader.INT
+            and column.null_count == 0
+            and _is_row_number(pc.cast(values, pa.int64()))
+        ):
+            found.append(Identifier(name, len(values), len(values), ROW_NUMBERS))
     return found
+
+
+def _is_row_number(values: pa.ChunkedArray) -> bool:
+    """Every value distinct and max - min + 1 of them: 1..N, 0..N-1 or any shifted run."""
+    low, high = pc.min_max(values).values()
+    span = high.as_py() - low.as_py() + 1
+    return span == len(values) and len(pc.unique(values)) == len(values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,6 +425,21 @@ def _check_features_left(label: str, excluded, first_path: str, columns, hint: s
         raise InputError(
             f"{first_path}: no feature columns to predict {label!r} from (columns {columns}"
             f"{left_out}); add columns, or keep excluded ones (--keep_columns)" + hint
+        )
+
+
+def check_rows_without_label(facts: CsvFacts, max_rejected_fraction: float) -> None:
+    """Rows without a label are rejected by ExampleGen; when they alone exceed
+    --max_rejected_fraction of the rows, ExampleGen would fail: say so before any component
+    runs. (ExampleGen's fraction counts ragged rows too, which only adds rejects.)"""
+    missing, rows = facts.rows_without_label, facts.rows
+    if missing and missing > max_rejected_fraction * rows:
+        raise InputError(
+            f"{missing} of {rows} row(s) ({missing / rows:.1%}) in {_files_text(list(facts.files))}"
+            f" have no value in the label column; ExampleGen rejects such rows and allows at "
+            f"most {max_rejected_fraction:.1%} (--max_rejected_fraction {max_rejected_fraction:g}"
+            "): fill in the labels, drop those rows, or raise --max_rejected_fraction to at "
+            f"least {math.ceil(missing / rows * 1000) / 1000:g}"
         )
 
 

@@ -100,6 +100,7 @@ def build_config(
         facts = preflight.check_images(dataset)
     else:
         facts = preflight.check_dataset(dataset, choice.delimiter, choice.keep_columns)
+        preflight.check_rows_without_label(facts, args.max_rejected_fraction)
     dataset = preflight.resolved(dataset, facts)
     config = config_lib.local_config(
         dataset=dataset,
@@ -123,6 +124,7 @@ def build_config(
         ),
         max_rejected_fraction=args.max_rejected_fraction,
         accuracy_threshold=args.accuracy_threshold,
+        min_classification_skill=args.min_classification_skill,
         min_regression_skill=args.min_regression_skill,
         enable_cache=not args.no_cache,
         mysql=config_lib.MySQLConfig(

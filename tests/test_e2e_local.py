@@ -237,6 +237,46 @@ def test_inspect_artifacts_lineage_and_diff(penguin_runs):
     assert not [c for c in changes if c["change"].startswith("metric ")]
 
 
+def test_evaluation_against_the_majority_guess_in_the_summary_and_the_cli(penguin_runs):
+    """The first run's figures: the summary's lines, `python -m pipeline.mlmd evaluation` and
+    TFMA's own reading of the Evaluator's output agree; the guess is the training split's most
+    frequent species (Transform's counts), its accuracy that species' share of the eval split."""
+    import re
+
+    from tests.test_e2e_blessing import summary_metrics, tfma_overall
+
+    stdout = penguin_runs["first"].stdout
+    metrics = summary_metrics(stdout)
+    store = connection.open_store(penguin_runs["metadata"])
+    [evaluated] = store.get_artifacts_by_type("ModelEvaluation")
+    tfma_values = tfma_overall(evaluated.uri)
+    for name in ("sparse_categorical_accuracy", "accuracy_skill", "majority_class_accuracy"):
+        assert metrics[name] == pytest.approx(tfma_values[name], abs=6e-5), name
+    [graph] = store.get_artifacts_by_type("TransformGraph")
+    counts_file = os.path.join(graph.uri, "transform_fn", "assets", features.LABEL_COUNTS)
+    with open(counts_file) as handle:
+        counts = {name: int(count) for count, name in (line.split() for line in handle)}
+    majority = max(counts, key=counts.get)
+    assert f"baseline:      always answering {majority!r} (the training split's" in stdout
+    assert sum(counts.values()) == int(re.search(r"examples: +train (\d+)", stdout).group(1))
+
+    [section] = inspect(penguin_runs, "evaluation", "1")["evaluations"]
+    classes = section["classes"]
+    assert sorted(classes["classes"]) == ["Adelie", "Chinstrap", "Gentoo"]
+    support = {row["class"]: float(row["support"]) for row in classes["per_class"]}
+    assert sum(support.values()) == metrics["example_count"]
+    assert support[majority] / metrics["example_count"] == pytest.approx(
+        metrics["majority_class_accuracy"], abs=6e-5
+    )
+    recalls = {row["actual"]: row["cells"] for row in classes["rows"]}
+    for row in classes["per_class"]:
+        diagonal = next(c for c in recalls[row["class"]] if c["predicted"] == row["class"])
+        assert float(row["recall"]) == pytest.approx(diagonal["share"], abs=6e-5)
+        assert f"{row['class']} precision {row['precision']} recall {row['recall']}" in stdout
+    shown = {m["metric"]: m for m in section["metrics"]}
+    assert shown["accuracy_skill"]["threshold"] == ">= 0.1"
+
+
 CHROMIUM_FLAGS = [*report_geometry.CHROMIUM_FLAGS, "--enable-logging=stderr", "--v=0"]
 
 
@@ -274,6 +314,9 @@ def test_report_renders_in_headless_chromium(penguin_runs, tmp_path):
         assert f">{section}</h2>" in rendered
     assert rendered.count('class="node"') == len(COMPONENTS)
     assert "sparse_categorical_accuracy" in rendered and "Model blessed" in rendered
+    # The confusion matrix, drawn as a shaded grid with the species as rows and columns.
+    assert "Confusion matrix (eval split" in rendered and 'class="confusion"' in rendered
+    assert rendered.count("<th>Gentoo</th>") == 2 and "accuracy_skill" in rendered
     assert "bill_length_mm" in rendered and "no anomalies" in rendered
 
     # The lineage drawing as Chromium lays it out: artifact nodes between the executions, no

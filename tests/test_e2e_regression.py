@@ -77,6 +77,10 @@ def test_regression_run_blesses_pushes_and_predicts_in_label_units(tmp_path):
     metrics = evaluation.overall_metrics(evaluated.uri)
     assert metrics["mean_squared_error_skill"] > 0.2, metrics
     assert 20 < metrics["mean_absolute_error"] < 70, metrics  # progression runs 25..346
+    # The training mean's errors beside the model's, in the label's units: larger (skill > 0).
+    baseline = stdout.split("baseline:      predicting the training mean: MAE ")[1]
+    mean_mae = float(baseline.split(",")[0])
+    assert mean_mae > metrics["mean_absolute_error"], stdout
     [pushed] = store.get_artifacts_by_type("PushedModel")
     assert records.custom_value(pushed, "pushed") == 1
 

@@ -31,6 +31,9 @@ IMAGE_MODEL_CONFIG = "image_model"
 IMAGE_MODELS = ("small_cnn", "mobilenet_v2")
 
 LABEL_VOCABULARY = "label_vocabulary"
+# The label vocabulary with each class's count over the training split (`COUNT CLASS` lines):
+# what --class_weight balanced weighs the classes by.
+LABEL_COUNTS = "label_vocabulary_counts"
 # Token that stands for a missing string value in the vocabularies.
 MISSING_TOKEN = "__missing__"
 

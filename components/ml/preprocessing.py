@@ -115,9 +115,12 @@ def _vocabulary_indices(text: dict[str, tf.Tensor], label_key: str) -> dict[str,
         features.LABEL_VOCABULARY if key == label_key else features.vocabulary_name(key)
         for key in text
     ]
-    paths = vocabularies.column_vocabularies(list(text.values()), names)
+    # The label's vocabulary also with its counts over the analyzed (train) split: the class
+    # weights of --class_weight balanced (components.training.loop).
+    counted = [index for index, key in enumerate(text) if key == label_key]
+    paths = vocabularies.column_vocabularies(list(text.values()), names, counted)
     outputs = {}
-    for (key, dense), path in zip(text.items(), paths, strict=True):
+    for (key, dense), path in zip(text.items(), paths[: len(names)], strict=True):
         if key == label_key:
             index = tft.apply_vocabulary(dense, path, default_value=-1)
         else:

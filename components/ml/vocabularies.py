@@ -74,13 +74,31 @@ def ordered_tokens(counts: collections.Counter) -> list[bytes]:
     return [token for _, token in kept] or [_EMPTY_VOCABULARY_TOKEN]
 
 
-def _write_vocabularies(counters, directory: str, names: Sequence[str]) -> tuple:
+def counts_name(vocabulary_name: str) -> str:
+    """The asset that holds a counted column's vocabulary with its counts."""
+    return f"{vocabulary_name}_counts"
+
+
+def _write_vocabularies(counters, directory: str, names: Sequence[str], counted) -> tuple:
+    """One vocabulary file per column, then for each counted column the same tokens in the same
+    order with their counts, one `COUNT TOKEN` line each (the format tft.vocabulary writes with
+    store_frequency=True, which TFTransformOutput.vocabulary_by_name reads back)."""
     tf.io.gfile.makedirs(directory)
     paths = []
     for counts, name in zip(counters, names, strict=True):
         path = os.path.join(directory, file_name(name))
         with tf.io.gfile.GFile(path, "wb") as handle:
             handle.write(b"".join(token + b"\n" for token in ordered_tokens(counts)))
+        paths.append(np.array(path.encode()))
+    for index in counted:
+        counts, name = counters[index], counts_name(names[index])
+        path = os.path.join(directory, file_name(name))
+        with tf.io.gfile.GFile(path, "wb") as handle:
+            handle.write(
+                b"".join(
+                    b"%d %s\n" % (counts.get(token, 0), token) for token in ordered_tokens(counts)
+                )
+            )
         paths.append(np.array(path.encode()))
     return tuple(paths)
 
@@ -92,9 +110,10 @@ def _pick(paths: tuple, index: int):
 class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
     """[batch, columns] string batches -> one vocabulary file path per column."""
 
-    def __init__(self, names: Sequence[str]):
+    def __init__(self, names: Sequence[str], counted: Sequence[int] = ()):
         super().__init__()
         self._names = tuple(names)
+        self._counted = tuple(counted)
 
     def expand(self, batches):
         # A directory of this analyzer's own: the file names are the vocabularies' names.
@@ -103,28 +122,37 @@ class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
             batches
             | "CountPerColumn" >> beam.CombineGlobally(_CountPerColumn(len(self._names)))
             | "SortAndWrite"
-            >> beam.Map(_write_vocabularies, directory=directory, names=self._names)
+            >> beam.Map(
+                _write_vocabularies,
+                directory=directory,
+                names=self._names,
+                counted=self._counted,
+            )
         )
         return tuple(
             paths | f"Path[{index}]" >> beam.Map(_pick, index=index)
-            for index in range(len(self._names))
+            for index in range(len(self._names) + len(self._counted))
         )
 
 
-def column_vocabularies(columns: Sequence[tf.Tensor], names: Sequence[str]) -> list[tf.Tensor]:
+def column_vocabularies(
+    columns: Sequence[tf.Tensor], names: Sequence[str], counted: Sequence[int] = ()
+) -> list[tf.Tensor]:
     """One analyzer over dense [batch] string tensors: the path of each one's vocabulary file,
-    written as `names[i]` (for tft.apply_vocabulary and vocabulary_by_name)."""
+    written as `names[i]` (for tft.apply_vocabulary and vocabulary_by_name), then for each index
+    in `counted` the path of that column's vocabulary with counts (`counts_name(names[i])`)."""
     if len(columns) != len(names) or not columns:
         raise ValueError(f"{len(columns)} column(s) for {len(names)} vocabulary name(s)")
     stacked = tf.stack([tf.reshape(column, [-1]) for column in columns], axis=1)
+    written = [*names, *(counts_name(names[index]) for index in counted)]
     paths = tft.experimental.ptransform_analyzer(
         inputs=[stacked],
-        ptransform=_ColumnVocabularies(names),
-        output_dtypes=[tf.string] * len(names),
-        output_shapes=[[]] * len(names),
-        output_asset_default_values=[_EMPTY_VOCABULARY_TOKEN] * len(names),
+        ptransform=_ColumnVocabularies(names, counted),
+        output_dtypes=[tf.string] * len(written),
+        output_shapes=[[]] * len(written),
+        output_asset_default_values=[_EMPTY_VOCABULARY_TOKEN] * len(written),
         name="column_vocabularies",
     )
-    for name in names:
+    for name in written:
         tft.annotate_asset(name, file_name(name))
     return list(paths)

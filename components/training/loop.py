@@ -23,7 +23,7 @@ import tensorflow_transform as tft
 from absl import logging
 
 from components import PROGRESS_LOGGER, user_code
-from components.ml import export, image_preprocessing, inputs, model
+from components.ml import export, features, image_preprocessing, inputs, model
 from components.training import settings as settings_lib
 from components.training import strategies
 from components.training.settings import TrainingConfig
@@ -249,7 +249,8 @@ def train(task: TrainTask) -> dict:
     plan = _plan(task, strategy, tf_transform_output)
     if plan.num_workers > 1 and chief:
         _log_sharding(task, plan)
-    train_data, eval_data = _datasets(task, plan, tf_transform_output)
+    weights = class_weights(task.settings, tf_transform_output)
+    train_data, eval_data = _datasets(task, plan, tf_transform_output, weights)
     keras_model = _build_model(task, strategy, tf_transform_output)
     progress = EpochProgress(plan.epochs, chief)
     # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
@@ -286,6 +287,8 @@ def train(task: TrainTask) -> dict:
         "train_seconds": train_seconds,
         "steps_run": epochs_run * plan.steps_per_epoch,
         "steady_examples_per_second": timer.examples_per_second if timer else None,
+        # --class_weight balanced: class name -> the weight of its training rows.
+        "class_weights": _named_weights(weights, tf_transform_output),
     }
     if chief:
         _write_result(task, result)
@@ -359,14 +362,62 @@ def _log_sharding(task: TrainTask, plan: _Plan) -> None:
     )
 
 
-def _datasets(task: TrainTask, plan: _Plan, tf_transform_output) -> tuple:
+def label_counts(tf_transform_output) -> list[int]:
+    """Each class's rows in the training split, in class-index order: Transform's label
+    vocabulary with counts (components.ml.vocabularies: `COUNT CLASS` lines)."""
+    try:
+        lines = tf_transform_output.vocabulary_by_name(features.LABEL_COUNTS)
+    except (ValueError, tf.errors.NotFoundError):
+        raise ValueError(
+            f"--class_weight balanced needs the training split's label counts, which the "
+            f"project's tabular preprocessing writes ({features.LABEL_COUNTS}); this transform "
+            "graph has none (images, or your own preprocessing_fn): drop --class_weight"
+        ) from None
+    return [int(line.split(b" ", 1)[0]) for line in lines]
+
+
+def class_weights(settings: TrainingConfig, tf_transform_output) -> list[float] | None:
+    """--class_weight balanced: rows / (classes x the class's rows) per class index, as
+    scikit-learn's compute_class_weight("balanced") (a class seen n times weighs as much in
+    all as any other); None for --class_weight none."""
+    if settings.class_weight != "balanced":
+        return None
+    counts = label_counts(tf_transform_output)
+    present = [count for count in counts if count > 0]
+    total = sum(present)
+    return [total / (len(present) * count) if count else 0.0 for count in counts]
+
+
+def _named_weights(weights: list[float] | None, tf_transform_output) -> dict[str, float]:
+    if weights is None:
+        return {}
+    names = [v.decode() for v in tf_transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    return dict(zip(names, weights, strict=True))
+
+
+def _weighted(dataset: tf.data.Dataset, weights: list[float] | None) -> tf.data.Dataset:
+    """(features, label) batches -> (features, label, each row's class weight). In the dataset,
+    not fit(class_weight=): tf-keras ignores class_weight for a DatasetCreator (parameter-server
+    training; tf_keras/src/engine/data_adapter.py, _ClusterCoordinatorDataHandler)."""
+    if weights is None:
+        return dataset
+    table = tf.constant(weights, tf.float32)
+
+    def weigh(batch, label):
+        return batch, label, tf.gather(table, tf.reshape(tf.cast(label, tf.int64), [-1]))
+
+    return dataset.map(weigh, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _datasets(task: TrainTask, plan: _Plan, tf_transform_output, weights=None) -> tuple:
     """(train data, eval data). Parameter-server training: a DatasetCreator whose every worker
     builds its own pipeline, and no eval data (the Evaluator component evaluates the exported
-    model). Otherwise: datasets under the plan's shard policy."""
+    model). Otherwise: datasets under the plan's shard policy. weights: per class index, the
+    weight of each training row (--class_weight), None: all alike."""
     settings = task.settings
 
     def make_train_dataset(files, batch_size):
-        return inputs.make_dataset(
+        dataset = inputs.make_dataset(
             files,
             tf_transform_output,
             task.label_key,
@@ -376,6 +427,7 @@ def _datasets(task: TrainTask, plan: _Plan, tf_transform_output) -> tuple:
             seed=settings.seed,
             cache_decoded_images=plan.cache_decoded,
         )
+        return _weighted(dataset, weights)
 
     if plan.parameter_server:
         # Each worker builds its own pipeline; shard by input pipeline id.

@@ -29,6 +29,9 @@ MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
 STRATEGIES = SINGLE_WORKER + MULTI_WORKER
 SHARD_POLICIES = ("auto", "file", "data")
 MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")
+# none: every training row counts alike; balanced: each class weighs rows / (classes x its rows)
+# over the training split (scikit-learn's "balanced"), from Transform's label counts.
+CLASS_WEIGHTS = ("none", "balanced")
 # Adam's usual rate for the convolutional models; the tabular MLP trains faster at 0.01.
 IMAGE_LEARNING_RATE = 0.001
 
@@ -404,6 +407,12 @@ class TrainingConfig:
     hidden_units: tuple[int, ...] = (32, 16)
     seed: int = 42
     shuffle: bool = True
+    class_weight: str = flag(
+        "none",
+        "classification: balanced weighs each class's training rows by rows / (classes x that "
+        "class's rows), from the label counts Transform computed over the training split",
+        choices=CLASS_WEIGHTS,
+    )
     workers: int = flag(1, "worker processes (multi_worker_mirrored, parameter_server)")
     ps: int = flag(0, "parameter servers (parameter_server)")
     shard_policy: str = flag(
@@ -469,6 +478,11 @@ class TrainingConfig:
             bool(self.hidden_units) and all(u >= 1 for u in self.hidden_units),
             _training_field("hidden_units"),
             f"must be positive layer widths, got {self.hidden_units}",
+        )
+        _require(
+            self.class_weight in CLASS_WEIGHTS,
+            _training_field("class_weight"),
+            f"must be one of {CLASS_WEIGHTS}, got {self.class_weight!r}",
         )
         _require(self.workers >= 1, _training_field("workers"), f"must be >= 1, got {self.workers}")
         _require(self.ps >= 0, _training_field("ps"), f"must be >= 0, got {self.ps}")

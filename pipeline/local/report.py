@@ -66,11 +66,15 @@ def describe_columns(
     others = [c for c in dataset.excluded_columns if c not in names]
     if others:
         out.write(f"  excluded columns: {', '.join(others)}\n")
-    if identifiers:
-        listed = ", ".join(f"{i.name} ({i.distinct} distinct in {i.values})" for i in identifiers)
+    for kind in (preflight.NEAR_UNIQUE_TEXT, preflight.ROW_NUMBERS):
+        found = [i for i in identifiers if i.kind == kind]
+        if not found:
+            continue
+        listed = ", ".join(f"{i.name} ({i.distinct} distinct in {i.values})" for i in found)
+        what = "consecutive distinct integers" if kind == preflight.ROW_NUMBERS else kind
         out.write(
-            f"  left out as likely identifiers (near-unique text): {listed}; "
-            f"--keep_columns {','.join(i.name for i in identifiers)} keeps them as features\n"
+            f"  left out as likely identifiers ({what}): {listed}; "
+            f"--keep_columns {','.join(i.name for i in found)} keeps them as features\n"
         )
     if facts.rows_without_label:
         out.write(
@@ -102,49 +106,193 @@ def print_summary(
     if summary.metrics:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()))
         out.write(f"  eval metrics:  {metrics}\n")
+    for line in describe_classes(summary):
+        out.write(f"  {line}\n")
     out.write(f"  blessed:       {describe_blessing(summary, config)}\n")
     out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
     out.write(f"  MLMD:          {summary.metadata_path}\n")
 
 
-# Per task: the metric the Evaluator thresholds, how it reads, and the flag that sets its bound.
-_BLESSING_CONDITION = {
-    "classification": ("sparse_categorical_accuracy", "accuracy", "--accuracy_threshold"),
-    "regression": (
+SKILL_WORDS = "accuracy skill over the majority-class guess"
+BALANCED_SKILL_WORDS = "balanced-accuracy skill over the majority-class guess (--class_weight)"
+
+
+def _class_name(summary: RunSummary, index: int) -> str:
+    names = summary.class_names
+    if index < 0:
+        return "(none)"
+    return names[index] if index < len(names) else str(index)
+
+
+def _mean_predictor(metrics: dict[str, float]) -> str | None:
+    """Regression: the errors of predicting the training mean, in the label's units, from the
+    model's and the two standardized ratios (components.ml.metrics)."""
+    needed = (
+        "mean_absolute_error",
+        "root_mean_squared_error",
         "mean_squared_error_skill",
-        "skill over predicting the training mean (1 - MSE / MSE of the mean)",
-        "--min_regression_skill",
-    ),
-}
+        "standardized_absolute_error",
+        "mean_predictor_standardized_absolute_error",
+    )
+    if not all(name in metrics for name in needed) or metrics["mean_squared_error_skill"] >= 1:
+        return None
+    if not metrics["standardized_absolute_error"]:
+        return None
+    mae = metrics["mean_absolute_error"] * (
+        metrics["mean_predictor_standardized_absolute_error"]
+        / metrics["standardized_absolute_error"]
+    )
+    rmse = metrics["root_mean_squared_error"] / (1 - metrics["mean_squared_error_skill"]) ** 0.5
+    return (
+        f"baseline:      predicting the training mean: MAE {mae:.4g}, RMSE {rmse:.4g} (label "
+        f"units); the model MAE {metrics['mean_absolute_error']:.4g}, RMSE "
+        f"{metrics['root_mean_squared_error']:.4g}"
+    )
+
+
+def describe_classes(summary: RunSummary) -> list[str]:
+    """Classification: the majority-class guess beside the model, each class's precision and
+    recall, the confusion matrix (rows: actual class, columns: predicted), the class weights.
+    Regression: the training mean's errors beside the model's."""
+    lines = []
+    metrics = summary.metrics
+    if "majority_class_accuracy" in metrics:
+        guess = _class_name(summary, 0) if summary.class_names else "the majority class"
+        lines.append(
+            f"baseline:      always answering {guess!r} (the training split's majority class): "
+            f"accuracy {metrics['majority_class_accuracy']:.4f}; the model "
+            f"{metrics.get('sparse_categorical_accuracy', float('nan')):.4f}, accuracy skill "
+            f"{metrics.get('accuracy_skill', float('nan')):.4f}"
+            + (
+                f", balanced-accuracy skill {metrics['balanced_accuracy_skill']:.4f}"
+                if "balanced_accuracy_skill" in metrics
+                else ""
+            )
+        )
+    mean_line = _mean_predictor(metrics)
+    if mean_line:
+        lines.append(mean_line)
+    if summary.class_weights:
+        weights = ", ".join(f"{name} {w:.3f}" for name, w in summary.class_weights.items())
+        lines.append(f"class weights: {weights} (--class_weight)")
+    if not summary.confusion:
+        return lines
+    from pipeline.mlmd import evaluation
+
+    def ratio(value):
+        return "-" if value is None else f"{value:.4f}"
+
+    per_class = evaluation.per_class(summary.confusion)
+    lines.append(
+        "per class:     "
+        + "; ".join(
+            f"{_class_name(summary, row['class'])} precision {ratio(row['precision'])} recall "
+            f"{ratio(row['recall'])} ({row['support']:g} eval)"
+            for row in per_class
+        )
+    )
+    classes = summary.confusion["classes"]
+    counts = summary.confusion["counts"]
+    predicted = classes + ([-1] if any(p == -1 for _, p in counts) else [])
+    names = [_class_name(summary, c) for c in predicted]
+    first = max(len("actual \\ predicted"), *(len(_class_name(summary, c)) for c in classes))
+    widths = [max(len(name), 5) for name in names]
+    header = "actual \\ predicted".ljust(first) + "".join(
+        f" {name:>{width}}" for name, width in zip(names, widths, strict=True)
+    )
+    lines.append(f"confusion:     {header}")
+    for actual in classes:
+        cells = "".join(
+            f" {counts.get((actual, p), 0):>{width}g}"
+            for p, width in zip(predicted, widths, strict=True)
+        )
+        lines.append(f"               {_class_name(summary, actual).ljust(first)}{cells}")
+    return lines
+
+
+def blessing_conditions(config: config_lib.PipelineConfig) -> list[tuple[str, str, float, str]]:
+    """(metric, how it reads, its lower bound, the flag that sets it) of each value threshold the
+    Evaluator applies to the project's model (pipeline.builder)."""
+    if config.dataset.task == "regression":
+        return [
+            (
+                "mean_squared_error_skill",
+                "skill over predicting the training mean (1 - MSE / MSE of the mean)",
+                config.min_regression_skill,
+                "--min_regression_skill",
+            )
+        ]
+    if config.user_code.run_fn or config.user_code.eval_config:
+        from pipeline import builder
+
+        bound = config.accuracy_threshold
+        return [
+            (
+                "sparse_categorical_accuracy",
+                "accuracy",
+                builder.USER_RUN_FN_ACCURACY if bound is None else bound,
+                "--accuracy_threshold",
+            )
+        ]
+    balanced = config.training.class_weight == "balanced"
+    conditions = [
+        (
+            "balanced_accuracy_skill" if balanced else "accuracy_skill",
+            BALANCED_SKILL_WORDS if balanced else SKILL_WORDS,
+            config.min_classification_skill,
+            "--min_classification_skill",
+        )
+    ]
+    if config.accuracy_threshold is not None:
+        conditions.append(
+            (
+                "sparse_categorical_accuracy",
+                "accuracy",
+                config.accuracy_threshold,
+                "--accuracy_threshold",
+            )
+        )
+    return conditions
 
 
 def describe_blessing(summary: RunSummary, config: config_lib.PipelineConfig) -> str:
     """yes/NO and the conditions; for NO, each failed condition with its value and the flag (or
     check) that decides it."""
-    metric, what, flag = _BLESSING_CONDITION[config.dataset.task]
-    bound = (
-        config.accuracy_threshold
-        if config.dataset.task == "classification"
-        else config.min_regression_skill
-    )
-    conditions = f"{what} >= {bound}, no regression against the previous blessed model"
+    conditions = blessing_conditions(config)
+    text = ", ".join(f"{what} >= {bound:g}" for _, what, bound, _ in conditions)
+    text += ", no regression against the previous blessed model"
     if summary.blessed is None:
-        return f"unknown ({conditions})"
+        return f"unknown ({text})"
     if summary.blessed:
-        return f"yes ({conditions})"
+        return f"yes ({text})"
+    by_metric = {metric: (what, bound, flag) for metric, what, bound, flag in conditions}
     reasons = []
     for failure in summary.blessing_failures:
         value = failure["value"]
         if failure["is_diff"]:
             reasons.append(
-                f"{what} changed by {value:+.4f} against the previous blessed model (no "
-                "regression allowed; the previous model stays the one served)"
+                f"{failure['metric']} changed by {value:+.4f} against the previous blessed model "
+                "(no regression allowed; the previous model stays the one served)"
             )
-        elif failure["metric"] == metric:
-            reasons.append(f"{what} {value:.4f} is below {bound} ({flag} sets it)")
+        elif failure["metric"] in by_metric:
+            what, bound, flag = by_metric[failure["metric"]]
+            reasons.append(
+                f"{what} {value:.4f} is below {bound:g}{_guess(summary, failure)} ({flag} sets it)"
+            )
         else:
             reasons.append(f"{failure['metric']}: {failure['message']}")
-    return "NO: " + ("; ".join(reasons) or f"failed one of: {conditions}")
+    return "NO: " + ("; ".join(reasons) or f"failed one of: {text}")
+
+
+def _guess(summary: RunSummary, failure: dict) -> str:
+    """For the skill: the accuracy beside the guess's, so that the number reads."""
+    metrics = summary.metrics
+    if failure["metric"] != "accuracy_skill" or "majority_class_accuracy" not in metrics:
+        return ""
+    return (
+        f" (accuracy {metrics.get('sparse_categorical_accuracy', float('nan')):.4f} against "
+        f"{metrics['majority_class_accuracy']:.4f} for always answering the majority class)"
+    )
 
 
 def export_inferred_schema(

@@ -9,6 +9,10 @@ import os
 
 from pipeline.mlmd import connection, evaluation, records
 
+# The Trainer's Model artifact property holding the class weights training used (JSON: class
+# name -> weight; components.tfx_components.trainer.executor sets it, under this name).
+CLASS_WEIGHTS_PROPERTY = "class_weights"
+
 
 @dataclasses.dataclass
 class RunSummary:
@@ -25,6 +29,12 @@ class RunSummary:
     blessing_failures: list[dict] = dataclasses.field(default_factory=list)
     # Where the rejected rows (or files) are listed: JSON lines of file, line, reason.
     rejected_listing: str | None = None
+    # Classification: TFMA's confusion matrix of the eval split (pipeline.mlmd.evaluation
+    # .confusion_matrix) and the class names by index (Transform's label vocabulary).
+    confusion: dict | None = None
+    class_names: list[str] = dataclasses.field(default_factory=list)
+    # The per-class weights training used (--class_weight), as the Trainer recorded them.
+    class_weights: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def all_cached(self) -> bool:
@@ -43,10 +53,15 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     }
     metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
     failures: list[dict] = []
-    listing = None
+    listing, confusion, names, weights = None, None, [], {}
     for evaluated in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
         metrics = evaluation.overall_metrics(evaluated.uri)
         failures = evaluation.validation_failures(evaluated.uri)
+        confusion = evaluation.confusion_matrix(evaluated.uri)
+    for graph in outputs.get("Transform", {}).get("TransformGraph", []):
+        names = evaluation.class_names(graph.uri)
+    for model in outputs.get("Trainer", {}).get("Model", []):
+        weights = json.loads(records.custom_value(model, CLASS_WEIGHTS_PROPERTY) or "{}")
     for blessing in outputs.get("Evaluator", {}).get("ModelBlessing", []):
         blessed = records.custom_value(blessing, "blessed") == 1
     for pushed in outputs.get("Pusher", {}).get("PushedModel", []):
@@ -73,6 +88,9 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         metadata_path=location,
         blessing_failures=failures,
         rejected_listing=listing,
+        confusion=confusion,
+        class_names=names,
+        class_weights=weights,
     )
 
 

@@ -87,6 +87,36 @@ def _drift_detail(row: dict) -> str:
     return f"{flag}{row['measure']} {row['value']:.4f} (threshold {row['threshold']:g})"
 
 
+def _print_evaluation(run_name: str, section: dict, out) -> None:
+    """The verdict, then per evaluation its metrics, failed thresholds, per-class figures and
+    the confusion matrix (rows: actual class, columns: predicted) as text tables."""
+    pushed = f"; pushed to {section['pushed']}" if section["pushed"] else ""
+    out.write(f"evaluation of run {run_name}: {section['verdict']}{pushed}\n")
+    for evaluated in section["evaluations"]:
+        if evaluated["missing"]:
+            out.write("  the evaluation's files are not on this machine\n")
+            continue
+        tables.write(
+            evaluated["metrics"], ["metric", "candidate", "baseline", "change", "threshold"], out
+        )
+        if evaluated["failures"]:
+            out.write("failed thresholds:\n")
+            tables.write(evaluated["failures"], ["metric", "value", "message"], out)
+        classes = evaluated["classes"]
+        if classes:
+            out.write("per class (eval split):\n")
+            tables.write(classes["per_class"], ["class", "precision", "recall", "support"], out)
+            out.write("confusion matrix (rows: actual class, columns: predicted):\n")
+            grid = [
+                {
+                    "actual": row["actual"],
+                    **{c["predicted"]: f"{c['count']:g}" for c in row["cells"]},
+                }
+                for row in classes["rows"]
+            ]
+            tables.write(grid, ["actual", *classes["classes"]], out)
+
+
 def _json_flag(parser: argparse.ArgumentParser, default) -> None:
     parser.add_argument(
         "--json", action="store_true", default=default, help="machine-readable output"
@@ -151,13 +181,20 @@ def parse_args(argv):
         default=diff.DRIFT_THRESHOLD,
         help="distance above which a feature counts as drifted (default %(default)s)",
     )
+    evaluation_parser = commands.add_parser(
+        "evaluation",
+        help="a run's evaluation: blessing, metrics against the thresholds and the baseline, "
+        "the majority-class guess, per-class precision and recall, the confusion matrix",
+    )
+    evaluation_parser.add_argument("run", nargs="?")
     report_parser = commands.add_parser("report", help="a self-contained HTML page about a run")
     report_parser.add_argument("run", nargs="?")
     report_parser.add_argument("--out", default=None, help="default: report-<row>.html in the cwd")
     report_parser.add_argument(
         "--compare", default=None, metavar="RUN", help="add what changed since RUN (diff)"
     )
-    subcommands += [executions_parser, artifacts_parser, lineage_parser, diff_parser, report_parser]
+    subcommands += [executions_parser, artifacts_parser, lineage_parser, diff_parser]
+    subcommands += [evaluation_parser, report_parser]
     for subcommand in subcommands:
         # Accepted after the subcommand too; SUPPRESS keeps a --json given before it.
         _json_flag(subcommand, argparse.SUPPRESS)
@@ -211,6 +248,16 @@ def run(args, out) -> None:
     elif args.command == "lineage":
         result = lineage.lineage(db, args.artifact)
         columns = None
+    elif args.command == "evaluation":
+        from pipeline.mlmd import report
+
+        chosen = db.run(args.run)
+        section = report.run_evaluation(db, chosen)
+        if args.json:
+            out.write(json.dumps(section, indent=2, sort_keys=True, default=str) + "\n")
+        else:
+            _print_evaluation(chosen.name, section, out)
+        return
     elif args.command == "report":
         # Jinja2 and grandalf load with it: only this command pays for them.
         from pipeline.mlmd import report

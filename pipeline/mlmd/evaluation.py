@@ -27,7 +27,11 @@ PACKAGE = "tensorflow_model_analysis"
 # In dependency order: each file's imports come before it.
 PROTO_MODULES = ("config_pb2", "metrics_for_slice_pb2", "validation_result_pb2")
 METRICS_FILE_PREFIX = "metrics"
+PLOTS_FILE_PREFIX = "plots"
 VALIDATIONS_FILE = "validations.tfrecord"
+# Metrics of an aggregated MetricsSpec (AUC micro-averaged over the classes) read as
+# `<metric>_micro_average`.
+MICRO_AVERAGE_SUFFIX = "_micro_average"
 
 
 def _serialized_descriptor(module_path: str) -> bytes:
@@ -73,7 +77,7 @@ def _classes() -> dict[str, Any]:
     factory = message_factory.MessageFactory(pool)
     return {
         name: factory.GetPrototype(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-        for name in ("MetricsForSlice", "ValidationResult")
+        for name in ("MetricsForSlice", "PlotsForSlice", "ValidationResult")
     }
 
 
@@ -94,15 +98,24 @@ def tfrecords(path: str) -> Iterator[bytes]:
             yield data
 
 
-def metrics_for_slices(evaluation_uri: str) -> list:
-    """Every MetricsForSlice record of an Evaluator output directory."""
-    metrics_class = _classes()["MetricsForSlice"]
+def _records_of(evaluation_uri: str, prefix: str, class_name: str) -> list:
+    message_class = _classes()[class_name]
     records = []
     for name in sorted(os.listdir(evaluation_uri)):
-        if name.startswith(METRICS_FILE_PREFIX) and name.endswith(".tfrecord"):
+        if name.startswith(prefix) and name.endswith(".tfrecord"):
             for data in tfrecords(os.path.join(evaluation_uri, name)):
-                records.append(metrics_class.FromString(data))
+                records.append(message_class.FromString(data))
     return records
+
+
+def metrics_for_slices(evaluation_uri: str) -> list:
+    """Every MetricsForSlice record of an Evaluator output directory."""
+    return _records_of(evaluation_uri, METRICS_FILE_PREFIX, "MetricsForSlice")
+
+
+def plots_for_slices(evaluation_uri: str) -> list:
+    """Every PlotsForSlice record of an Evaluator output directory."""
+    return _records_of(evaluation_uri, PLOTS_FILE_PREFIX, "PlotsForSlice")
 
 
 def validation_result(evaluation_uri: str):
@@ -137,11 +150,18 @@ def _overall_metrics(evaluation_uri: str) -> tuple[dict[str, dict[str, dict[str,
         for entry in record.metric_keys_and_values:
             key = entry.key
             number = metric_value(entry.value)
-            if number is None or key.HasField("sub_key") or key.HasField("aggregation_type"):
+            micro = key.HasField("aggregation_type") and key.aggregation_type.micro_average
+            if number is None or key.HasField("sub_key"):
+                continue
+            if key.HasField("aggregation_type") and not micro:
                 continue
             if key.is_diff:
                 diffed.add(key.model_name)
-            name = key.name + ("_diff" if key.is_diff else "")
+            name = (
+                key.name
+                + (MICRO_AVERAGE_SUFFIX if micro else "")
+                + ("_diff" if key.is_diff else "")
+            )
             by_model.setdefault(key.model_name, {}).setdefault(key.output_name, {})[name] = number
     return by_model, diffed
 
@@ -252,4 +272,105 @@ def evaluation_detail(evaluation_uri: str) -> dict:
         "metrics": rows,
         "validation_ok": validation.validation_ok if validation is not None else None,
         "failures": _failures(validation) if validation is not None else [],
+    }
+
+
+def confusion_matrix(evaluation_uri: str, model_name: str | None = None) -> dict | None:
+    """TFMA's multi-class confusion matrix of the overall slice (MultiClassConfusionMatrixPlot,
+    at its first threshold: the predicted class is the argmax): {"classes": the class indices
+    that occur, "counts": {(actual, predicted): weighted examples}}, or None without one.
+    model_name: the candidate's where a baseline was evaluated too (default: the candidate, else
+    the only model). A predicted class -1 means no class scored above the threshold."""
+    found: dict[str, Any] = {}
+    for record in plots_for_slices(evaluation_uri):
+        if record.slice_key.single_slice_keys or record.HasField("cross_slice_key"):
+            continue
+        for entry in record.plot_keys_and_values:
+            plot = entry.value
+            if plot.HasField("multi_class_confusion_matrix_at_thresholds"):
+                matrices = plot.multi_class_confusion_matrix_at_thresholds.matrices
+                if matrices:
+                    found[entry.key.model_name] = matrices[0]
+    if not found:
+        return None
+    if model_name is None:
+        model_name = "candidate" if "candidate" in found else next(iter(sorted(found)))
+    matrix = found.get(model_name)
+    if matrix is None:
+        return None
+    counts: dict[tuple[int, int], float] = {}
+    for cell in matrix.entries:
+        key = (cell.actual_class_id, cell.predicted_class_id)
+        counts[key] = counts.get(key, 0.0) + cell.num_weighted_examples
+    classes = sorted({a for a, _ in counts} | {p for _, p in counts if p >= 0})
+    return {"classes": classes, "counts": counts}
+
+
+def per_class(matrix: dict) -> list[dict]:
+    """Each class's precision, recall and eval examples (support) from a confusion_matrix();
+    None where a ratio has nothing to divide by (a class never predicted: no precision)."""
+    counts = matrix["counts"]
+    rows = []
+    for cls in matrix["classes"]:
+        actual = sum(n for (a, _), n in counts.items() if a == cls)
+        predicted = sum(n for (_, p), n in counts.items() if p == cls)
+        hits = counts.get((cls, cls), 0.0)
+        rows.append(
+            {
+                "class": cls,
+                "support": actual,
+                "precision": hits / predicted if predicted else None,
+                "recall": hits / actual if actual else None,
+            }
+        )
+    return rows
+
+
+def class_names(transform_graph_uri: str, vocabulary: str = "label_vocabulary") -> list[str]:
+    """The label vocabulary a Transform run wrote (class index -> name), [] without one."""
+    path = os.path.join(transform_graph_uri, "transform_fn", "assets", vocabulary)
+    if not os.path.isfile(path):
+        return []
+    with open(path, "rb") as handle:
+        return [line.rstrip(b"\n").decode("utf-8", "replace") for line in handle]
+
+
+def classification_detail(evaluation_uri: str, names: list[str]) -> dict | None:
+    """The confusion matrix and per-class precision and recall of an evaluation, with the class
+    names (`names`: class index -> name; an index without a name shows as its number): {"classes":
+    names in index order, "rows": [{"actual": name, "cells": [{"predicted": name, "count",
+    "share": count / the actual class's examples}]}], "per_class": [{"class", "precision",
+    "recall", "support"}]}. None without a confusion matrix (regression)."""
+    matrix = confusion_matrix(evaluation_uri)
+    if matrix is None:
+        return None
+
+    def name(index: int) -> str:
+        if index < 0:
+            return "(none)"
+        return names[index] if index < len(names) else str(index)
+
+    classes = matrix["classes"]
+    counts = matrix["counts"]
+    predicted = classes + ([-1] if any(p == -1 for _, p in counts) else [])
+    rows = []
+    for actual in classes:
+        total = sum(n for (a, _), n in counts.items() if a == actual)
+        rows.append(
+            {
+                "actual": name(actual),
+                "cells": [
+                    {
+                        "predicted": name(p),
+                        "count": counts.get((actual, p), 0.0),
+                        "share": counts.get((actual, p), 0.0) / total if total else 0.0,
+                    }
+                    for p in predicted
+                ],
+            }
+        )
+    return {
+        "classes": [name(p) for p in predicted],
+        "rows": rows,
+        "per_class": [{**row, "class": name(row["class"])} for row in per_class(matrix)],
     }

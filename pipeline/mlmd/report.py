@@ -305,6 +305,28 @@ def statistics_table(uri: str) -> tuple[list[dict], list[dict]]:
     ], rows
 
 
+def _classes_section(evaluation_uri: str, names: list[str]) -> dict | None:
+    """The confusion matrix to draw and the per-class figures as text (4 decimals; '-' where a
+    class was never predicted or never occurs)."""
+    detail = evaluation.classification_detail(evaluation_uri, names)
+    if detail is None:
+        return None
+
+    def text(value):
+        return "-" if value is None else f"{value:.4f}"
+
+    detail["per_class"] = [
+        {
+            "class": row["class"],
+            "precision": text(row["precision"]),
+            "recall": text(row["recall"]),
+            "support": f"{row['support']:g}",
+        }
+        for row in detail["per_class"]
+    ]
+    return detail
+
+
 def evaluation_section(by_type: dict[str, list[dict]]) -> dict:
     """The verdict, where the model was pushed, the candidate and baseline models the blessing
     names, and per evaluation its metrics against the thresholds and TFMA's verdict."""
@@ -324,6 +346,10 @@ def evaluation_section(by_type: dict[str, list[dict]]) -> dict:
             "baseline": props.get("baseline_model"),
             "baseline_id": props.get("baseline_model_id", "-"),
         }
+    # Class names by index: the label vocabulary of the run's (or its cache's) Transform.
+    names = next(
+        (n for g in by_type["TransformGraph"] if (n := evaluation.class_names(g["uri"]))), []
+    )
     evaluations: list[dict] = []
     for evaluated in by_type["ModelEvaluation"]:
         if not os.path.isfile(os.path.join(evaluated["uri"], "eval_config.json")):
@@ -347,6 +373,7 @@ def evaluation_section(by_type: dict[str, list[dict]]) -> dict:
                 "metrics": metrics,
                 "validation_ok": detail["validation_ok"],
                 "failures": detail["failures"],
+                "classes": _classes_section(evaluated["uri"], names),
             }
         )
     return {
@@ -415,15 +442,26 @@ def _templates() -> jinja2.Environment:
     return environment
 
 
+def _artifacts_by_type(db: Store, run) -> tuple[list[dict], dict[str, list[dict]]]:
+    described = artifacts.describe_artifacts(db, run, None)
+    by_type: dict[str, list[dict]] = collections.defaultdict(list)
+    for artifact in described:
+        by_type[artifact["type"]].append(artifact)
+    return described, by_type
+
+
+def run_evaluation(db: Store, run) -> dict:
+    """The evaluation section of a run (evaluation_section), for `python -m pipeline.mlmd
+    evaluation`."""
+    return evaluation_section(_artifacts_by_type(db, run)[1])
+
+
 def build_report(db: Store, run, compare_to=None) -> str:
     """compare_to: another run; its differences from this one (components, metrics, schema,
     statistics drift) get a section of their own."""
     row = db.row_of(run)
     executions = runs.describe_executions(db, run)
-    described = artifacts.describe_artifacts(db, run, None)
-    by_type: dict[str, list[dict]] = collections.defaultdict(list)
-    for artifact in described:
-        by_type[artifact["type"]].append(artifact)
+    described, by_type = _artifacts_by_type(db, run)
     changes = diff.diff(db, compare_to, run) if compare_to is not None else []
     anomalies = [line for a in by_type["ExampleAnomalies"] for line in anomaly_rows(a["uri"])]
     return (

@@ -581,6 +581,7 @@ MLMD_SHOWS = {
     "artifacts": ["Model"],
     "lineage": ["CsvExampleGen", "Transform", "Trainer"],
     "diff": ["DRIFTED", "island"],
+    "evaluation": ["Model blessed", "sparse_categorical_accuracy"],
 }
 
 

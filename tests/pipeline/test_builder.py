@@ -65,12 +65,66 @@ def test_regression_eval_config_thresholds_skill_over_the_training_mean(tmp_path
         "MeanAbsoluteError",
         "RootMeanSquaredError",
     ]
-    [skill] = normalized.metrics
+    skill, *standardized = normalized.metrics
     assert skill.module == "components.ml.metrics" and list(normalized.output_names) == [
         "prediction_xf"
     ]
     assert skill.threshold.value_threshold.lower_bound.value == 0.25
     assert skill.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    # The errors of the training mean, beside the model's (no thresholds).
+    assert [m.class_name for m in standardized] == [
+        "StandardizedAbsoluteError",
+        "MeanPredictorStandardizedAbsoluteError",
+    ]
+    assert not any(m.HasField("threshold") for m in standardized)
+
+
+def test_classification_eval_config_blesses_on_skill_over_the_majority_guess(tmp_path):
+    import dataclasses
+
+    from pipeline import config as config_lib
+    from pipeline import datasets
+
+    config = config_lib.local_config(dataset=datasets.penguins(), output_root=str(tmp_path))
+    eval_config = builder.eval_config(config)
+    plain, aggregated = eval_config.metrics_specs
+    by_name = {m.class_name: m for m in plain.metrics}
+    assert list(by_name) == [
+        "ExampleCount",
+        "SparseCategoricalAccuracy",
+        "AccuracySkill",
+        "MajorityClassAccuracy",
+        "SparseCategoricalCrossentropy",
+        "MultiClassConfusionMatrixPlot",
+    ]
+    skill = by_name["AccuracySkill"]
+    assert skill.module == "components.ml.metrics"
+    assert skill.threshold.value_threshold.lower_bound.value == 0.1
+    accuracy = by_name["SparseCategoricalAccuracy"]
+    # No accuracy bound unless --accuracy_threshold gives one; no regression either way.
+    assert not accuracy.threshold.HasField("value_threshold")
+    assert accuracy.threshold.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    assert [m.class_name for m in aggregated.metrics] == ["AUC"]
+    assert aggregated.aggregate.micro_average
+    strict = config_lib.local_config(
+        dataset=datasets.penguins(),
+        output_root=str(tmp_path),
+        accuracy_threshold=0.95,
+        min_classification_skill=0.3,
+    )
+    [accuracy, skill] = builder.eval_config(strict).metrics_specs[0].metrics[1:3]
+    assert accuracy.threshold.value_threshold.lower_bound.value == 0.95
+    assert skill.threshold.value_threshold.lower_bound.value == 0.3
+    # --class_weight balanced: the bound and the no-regression rule move to balanced accuracy.
+    weighted = dataclasses.replace(
+        config, training=dataclasses.replace(config.training, class_weight="balanced")
+    )
+    metrics = {m.class_name: m for m in builder.eval_config(weighted).metrics_specs[0].metrics}
+    balanced = metrics["BalancedAccuracySkill"].threshold
+    assert balanced.value_threshold.lower_bound.value == 0.1
+    assert balanced.change_threshold.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    assert not metrics["AccuracySkill"].HasField("threshold")
+    assert not metrics["SparseCategoricalAccuracy"].threshold.HasField("change_threshold")
 
 
 def _user_pipeline(tmp_path, module_text: str, **choice):

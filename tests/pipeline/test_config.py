@@ -33,6 +33,8 @@ def test_local_layout_and_defaults():
         ({"transform_shards": -1}, "transform_shards"),
         ({"max_rejected_fraction": 1.0}, "max_rejected_fraction"),
         ({"accuracy_threshold": 1.5}, "accuracy_threshold"),
+        ({"min_classification_skill": 1.0}, "min_classification_skill"),
+        ({"training": config_lib.TrainingConfig(class_weight="inverse")}, "training.class_weight"),
         ({"beam": config_lib.BeamConfig(mode="spark")}, "beam.mode"),
         ({"training": config_lib.TrainingConfig(strategy="magic")}, "training.strategy"),
         ({"training": config_lib.TrainingConfig(epochs=0)}, "training.epochs"),

@@ -367,3 +367,49 @@ def test_image_folder_facts(tmp_path):
     assert facts.description == "6 image file(s) in 3 class folder(s)"
     dataset = datasets.user_images(root, 32)
     assert preflight.resolved(dataset, facts).column_types == ()
+
+
+def test_row_numbers_are_left_out_unless_kept(write_csv):
+    # A shuffled 1..30 row index; a count column of distinct but gapped integers is a feature,
+    # as is an index with a gap filled twice.
+    order = [(i * 7) % 30 + 1 for i in range(30)]
+    values = [(order[i], i * 3, i % 5, "ab"[i % 2]) for i in range(30)]
+    write_csv("a.csv", rows("row,count,x,y", values))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir))
+    assert facts.identifiers == (preflight.Identifier("row", 30, 30, preflight.ROW_NUMBERS),)
+    assert facts.excluded_columns == ("row",)
+    kept = preflight.check_dataset(csv_dataset(write_csv.dir), keep_columns=("row",))
+    assert kept.excluded_columns == () and kept.identifiers == ()
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        [i + 1 for i in range(29)] + [29],  # one value twice: not all distinct
+        [i + 1 for i in range(29)] + [""],  # a missing cell
+        [i + 1 for i in range(18)],  # too few rows to tell
+    ],
+)
+def test_columns_that_are_not_row_numbers_stay_features(write_csv, column):
+    write_csv("a.csv", rows("row,y", [(value, "ab"[i % 2]) for i, value in enumerate(column)]))
+    assert preflight.check_dataset(csv_dataset(write_csv.dir)).excluded_columns == ()
+
+
+def test_a_curated_schema_keeps_a_row_number_column(write_csv, tmp_path):
+    write_csv("a.csv", rows("row,y", [(i + 1, "ab"[i % 2]) for i in range(30)]))
+    schema = tmp_path / "schema.pbtxt"
+    schema.write_text('feature { name: "row" type: INT }\nfeature { name: "y" type: BYTES }\n')
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir, schema_path=str(schema)))
+    assert facts.excluded_columns == () and facts.identifiers == ()
+
+
+def test_rows_without_label_beyond_the_allowed_fraction_stop_before_any_component(write_csv):
+    write_csv("a.csv", rows("x,y", [(i % 4, "" if i < 3 else "ab"[i % 2]) for i in range(20)]))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir))
+    preflight.check_rows_without_label(facts, 0.15)  # 3 of 20 is within 15%
+    with pytest.raises(preflight.InputError) as error:
+        preflight.check_rows_without_label(facts, 0.1)
+    message = str(error.value)
+    assert message.startswith(f"3 of 20 row(s) (15.0%) in {write_csv.dir}/a.csv have no value")
+    assert "--max_rejected_fraction 0.1" in message and "to at least 0.15" in message
+    assert "\n" not in message

@@ -126,3 +126,26 @@ def test_one_class_label_stops_before_any_component(capsys, tmp_path, write_csv)
     assert code == run_local.EXIT_BAD_INPUT
     assert "one distinct value ('x')" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_rows_without_label_beyond_the_allowed_fraction_stop_with_one_line(
+    capsys, tmp_path, write_csv
+):
+    write_csv(
+        "a.csv", "x,y\n" + "".join(f"{i % 4},{'' if i < 2 else 'ab'[i % 2]}\n" for i in range(20))
+    )
+    code = run_local.main(
+        ["--data", write_csv.dir, "--label", "y", "--output_root", str(tmp_path / "o")]
+    )
+    assert code == run_local.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("error: 2 of 20 row(s) (10.0%) in ") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()  # stopped before the run guard made its folder
+
+
+def test_class_weights_are_for_tabular_classification(capsys, tmp_path):
+    code = run_local.main(
+        ["--dataset", "digits", "--class_weight", "balanced", "--output_root", str(tmp_path)]
+    )
+    assert code == run_local.EXIT_BAD_INPUT
+    assert "training.class_weight (--class_weight)" in capsys.readouterr().err

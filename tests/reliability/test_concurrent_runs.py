@@ -29,7 +29,7 @@ def test_two_runs_at_once_share_a_store_safely(tmp_path, penguins_csv):
     out = str(tmp_path / "out")
     schema = datasets.curated_schema_path(datasets.PENGUINS)
     common = ("--output_root", out, "--pipeline_name", "shared", "--label", "species")
-    common += ("--schema", schema, "--accuracy_threshold", "0")
+    common += ("--schema", schema, "--min_classification_skill", "-1")
     runs = []
     for name, even in (("even", True), ("odd", False)):
         data = _write_half(penguins_csv, tmp_path / name, even)

@@ -46,7 +46,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
                 custom_config[USER_MODULE_CONFIG_KEY] = module.to_json()
             properties = dict(exec_properties, **{CUSTOM_CONFIG_KEY: json.dumps(custom_config)})
             self._run_and_check(input_dict, output_dict, properties, run_fn, module)
-            record_training_choices(output_dict)
+            record_training_result(output_dict)
             return
         _, settings = TrainingConfig.from_custom_config(custom_config)
         settings = settings.validate()
@@ -93,27 +93,39 @@ RECORDED_CHOICES = {
     "stopped_early": "stopped_early",
     "best_val_loss": "best_eval_loss",
 }
+# The Model artifact's custom property with the class weights the project's training used
+# (--class_weight balanced; JSON: class name -> weight), as the chief wrote them.
+CLASS_WEIGHTS_PROPERTY = "class_weights"
 
 
-def record_training_choices(output_dict) -> None:
-    """The batch size and epochs the project's run_fn chose (and where early stopping ended)
-    as custom properties of the Model artifact, which TFX publishes to MLMD with it. Numbers
-    are int/float properties; booleans 0/1 (MLMD has no bool type)."""
+def record_training_result(output_dict) -> None:
+    """What the project's run_fn chose (batch size, epochs, where early stopping ended) and the
+    class weights it used, from the chief's result file, as custom properties of the Model
+    artifact, which TFX publishes to MLMD with it. Numbers are int/float properties; booleans
+    0/1 (MLMD has no bool type); the class weights JSON. A run_fn that writes no result file
+    (a user's own) records nothing."""
     import tensorflow as tf
 
     from components.training import loop
 
     model_run = artifact_utils.get_single_uri(output_dict["model_run"])
     # The chief's file, on the pipeline root's file system (local, gs://, a mounted volume).
-    with tf.io.gfile.GFile(os.path.join(model_run, loop.RESULT_FILE)) as handle:
+    path = os.path.join(model_run, loop.RESULT_FILE)
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as handle:
         result = json.load(handle)
-    [model_artifact] = output_dict[standard_component_specs.MODEL_KEY]
-    for key, name in RECORDED_CHOICES.items():
-        value = result.get(key)
-        if isinstance(value, float):
-            model_artifact.set_float_custom_property(name, value)
-        elif isinstance(value, (bool, int)):
-            model_artifact.set_int_custom_property(name, int(value))
+    for model_artifact in output_dict[standard_component_specs.MODEL_KEY]:
+        for key, name in RECORDED_CHOICES.items():
+            value = result.get(key)
+            if isinstance(value, float):
+                model_artifact.set_float_custom_property(name, value)
+            elif isinstance(value, (bool, int)):
+                model_artifact.set_int_custom_property(name, int(value))
+        if result.get("class_weights"):
+            model_artifact.set_string_custom_property(
+                CLASS_WEIGHTS_PROPERTY, json.dumps(result["class_weights"])
+            )
 
 
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:

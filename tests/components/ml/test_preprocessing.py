@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from components.ml import features
@@ -77,3 +78,22 @@ def test_one_pass_statistics_equal_z_scoring_the_imputed_column(transform_run):
         )
         expected = (imputed - imputed.mean()) / imputed.std()
         np.testing.assert_allclose(out[features.transformed_name(key)], expected, atol=1e-4)
+
+
+def test_label_counts_of_the_analyzed_rows_give_balanced_class_weights(transform_run):
+    from components.training import loop
+    from components.training.settings import TrainingConfig
+
+    output = transform_run["output"]
+    names = [v.decode() for v in output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    seen = [row["species"][0].decode() for row in transform_run["raw"]]
+    counts = loop.label_counts(output)
+    assert counts == [seen.count(name) for name in names]
+    assert counts == sorted(counts, reverse=True)  # index 0: the majority class
+    weights = loop.class_weights(TrainingConfig(class_weight="balanced"), output)
+    # scikit-learn's "balanced": rows / (classes x class rows); every class weighs the same.
+    assert weights == pytest.approx([len(seen) / (len(names) * count) for count in counts])
+    assert [w * c for w, c in zip(weights, counts, strict=True)] == pytest.approx(
+        [len(seen) / len(names)] * len(names)
+    )
+    assert loop.class_weights(TrainingConfig(), output) is None

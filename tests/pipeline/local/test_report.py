@@ -4,6 +4,7 @@ the excluded columns as DISABLED features."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from pipeline import config as config_lib
@@ -108,11 +109,48 @@ def test_not_blessed_names_the_failed_condition_and_its_flag(tmp_path):
     text = report.describe_blessing(_summary(False, [regressed]), config)
     assert "changed by -0.0200 against the previous blessed model" in text
     penguins = config_lib.local_config(dataset=datasets.penguins(), output_root=str(tmp_path))
-    accuracy = {**below, "metric": "sparse_categorical_accuracy", "value": 0.5}
-    assert "(--accuracy_threshold sets it)" in report.describe_blessing(
-        _summary(False, [accuracy]), penguins
+    skill = {**below, "metric": "accuracy_skill", "value": -0.1304}
+    summary = _summary(False, [skill])
+    summary.metrics = {"sparse_categorical_accuracy": 0.9106, "majority_class_accuracy": 0.9209}
+    assert report.describe_blessing(summary, penguins) == (
+        "NO: accuracy skill over the majority-class guess -0.1304 is below 0.1 (accuracy 0.9106 "
+        "against 0.9209 for always answering the majority class) (--min_classification_skill "
+        "sets it)"
     )
-    assert report.describe_blessing(_summary(True), penguins).startswith("yes (accuracy >= ")
+    assert report.describe_blessing(_summary(True), penguins) == (
+        "yes (accuracy skill over the majority-class guess >= 0.1, no regression against the "
+        "previous blessed model)"
+    )
+    # --accuracy_threshold: an extra condition, named with its flag when it fails.
+    strict = dataclasses.replace(penguins, accuracy_threshold=0.95)
+    accuracy = {**below, "metric": "sparse_categorical_accuracy", "value": 0.93}
+    text = report.describe_blessing(_summary(False, [accuracy]), strict)
+    assert text == "NO: accuracy 0.9300 is below 0.95 (--accuracy_threshold sets it)"
+    assert report.describe_blessing(_summary(True), strict).startswith(
+        "yes (accuracy skill over the majority-class guess >= 0.1, accuracy >= 0.95, no regr"
+    )
+
+
+def test_summary_lines_for_classes_name_the_guess_the_classes_and_the_weights():
+    summary = _summary(True)
+    summary.metrics = {
+        "sparse_categorical_accuracy": 0.9,
+        "majority_class_accuracy": 0.8,
+        "accuracy_skill": 0.5,
+    }
+    summary.class_names = ["no", "yes"]
+    summary.confusion = {"classes": [0, 1], "counts": {(0, 0): 8.0, (1, 1): 1.0, (1, 0): 1.0}}
+    summary.class_weights = {"no": 0.625, "yes": 2.5}
+    assert report.describe_classes(summary) == [
+        "baseline:      always answering 'no' (the training split's majority class): accuracy "
+        "0.8000; the model 0.9000, accuracy skill 0.5000",
+        "class weights: no 0.625, yes 2.500 (--class_weight)",
+        "per class:     no precision 0.8889 recall 1.0000 (8 eval); yes precision 1.0000 "
+        "recall 0.5000 (2 eval)",
+        "confusion:     actual \\ predicted    no   yes",
+        "               no                     8     0",
+        "               yes                    1     1",
+    ]
 
 
 def test_exported_inferred_schema_lists_excluded_columns_as_disabled(tmp_path):
@@ -132,3 +170,19 @@ def test_exported_inferred_schema_lists_excluded_columns_as_disabled(tmp_path):
         "date": schema_pb2.DISABLED,
         "name": schema_pb2.DISABLED,
     }
+
+
+def test_summary_line_for_regression_gives_the_training_mean_errors_in_label_units():
+    summary = _summary(True)
+    # MAE 40 at 0.5 standard deviations, the mean's 0.8: 64; RMSE 50 at skill 0.36: 50 / 0.8.
+    summary.metrics = {
+        "mean_absolute_error": 40.0,
+        "root_mean_squared_error": 50.0,
+        "mean_squared_error_skill": 0.36,
+        "standardized_absolute_error": 0.5,
+        "mean_predictor_standardized_absolute_error": 0.8,
+    }
+    assert report.describe_classes(summary) == [
+        "baseline:      predicting the training mean: MAE 64, RMSE 62.5 (label units); the "
+        "model MAE 40, RMSE 50"
+    ]
