@@ -62,6 +62,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/components/ml/test_preprocessing.py",
         "tests/components/ml/test_preprocessing_equivalence.py",
         "tests/components/ml/test_regression.py",
+        "tests/components/training/test_class_weights.py",
         "tests/components/training/test_loop.py",
     ),
 }
