@@ -1,14 +1,12 @@
-"""Kubeflow Pipelines' own backend code, run on the compiled files: a small Go program
-(kfp_check/, pinned to a kubeflow/pipelines commit by its go.mod and go.sum) built once per
-machine and cached under ~/.cache/tfx-scaleout/kfp-check/<hash of go.mod, go.sum and the
-sources>/ ($XDG_CACHE_HOME respected; Go's module and build caches are where `go env` says), as
-tests/components/training/real_kube.py does for kube-apiserver.
+"""Kubeflow Pipelines' own backend code on the compiled files: a small Go program (kfp_check/,
+pinned to a kubeflow/pipelines commit by its go.mod and go.sum; what it can and cannot use is
+said there) built once per machine and cached under ~/.cache/tfx-scaleout/kfp-check/<hash of
+go.mod, go.sum and the sources>/ ($XDG_CACHE_HOME respected; Go's module and build caches are
+where `go env` says), as tests/components/training/real_kube.py does for kube-apiserver.
 
-`workflows` runs, per compiled file, the API server's upload parser, the run's compilation to an
-Argo Workflow (argocompiler.Compile with the file's PlatformSpec) and Argo's validation with lint
-on, and returns the Workflows. `hand_off` runs the backend's drivers for two tasks against a real
-ML Metadata store served over gRPC by `MlmdServer` (MLMD's own library on SQLite behind MLMD's
-own service definition) and returns the ExecutorInput and pod spec patch each driver made.
+`hand_off` has the backend hand a producer task's output artifacts to a consumer task through a
+real ML Metadata store served over gRPC by `MlmdServer` (MLMD's own library on SQLite behind
+MLMD's own service definition), and returns the ExecutorInput of each.
 """
 
 from __future__ import annotations
@@ -38,7 +36,9 @@ class Unavailable(RuntimeError):
 def kfp_version(go_mod: str | None = None) -> str:
     """The kubeflow/pipelines pseudo-version kfp_check/go.mod requires."""
     with open(go_mod or os.path.join(MODULE, "go.mod")) as handle:
-        found = re.search(r"^require github\.com/kubeflow/pipelines (v\S+)$", handle.read(), re.M)
+        found = re.search(
+            r"^(?:require )?\s*github\.com/kubeflow/pipelines (v\S+)$", handle.read(), re.M
+        )
     if not found:
         raise RuntimeError("kfp_check/go.mod does not require github.com/kubeflow/pipelines")
     return found.group(1)
@@ -125,19 +125,6 @@ def _run(binary: str, args: list[str]) -> None:
         raise CheckFailed((result.stderr or result.stdout).strip()[-4000:])
 
 
-def workflows(binary: str, pipelines: dict[str, str], out_dir: str) -> dict[str, dict]:
-    """name -> the Argo Workflow KFP's backend makes of the file pipelines[name] (one process)."""
-    args = []
-    for name, path in pipelines.items():
-        args += [path, os.path.join(out_dir, f"{name}.workflow.json")]
-    _run(binary, ["workflow", *args])
-    out = {}
-    for name in pipelines:
-        with open(os.path.join(out_dir, f"{name}.workflow.json")) as handle:
-            out[name] = json.load(handle)
-    return out
-
-
 class MlmdServer:
     """ML Metadata's own store (its C++ library, SQLite file) behind MLMD's gRPC service
     definition, on a loopback port: each RPC is handed to the store unchanged, so the backend's
@@ -199,25 +186,14 @@ class MlmdServer:
             self.server.stop(grace=None)
 
 
-@dataclasses.dataclass(frozen=True)
-class Task:
-    executor_input: dict
-    pod_spec_patch: dict
-
-
 def hand_off(
     binary: str, pipeline: str, producer: str, consumer: str, out_dir: str, mlmd: MlmdServer
-) -> dict[str, Task]:
-    """producer's and consumer's driver results, the producer published in between."""
-    _run(
-        binary,
-        ["executor-input", pipeline, f"127.0.0.1:{mlmd.port}", producer, consumer, out_dir],
-    )
+) -> dict[str, dict]:
+    """task -> its ExecutorInput (JSON form) as the backend builds it, producer and consumer."""
+    address = f"127.0.0.1:{mlmd.port}"
+    _run(binary, ["hand-off", pipeline, address, out_dir, producer, consumer])
     out = {}
     for task in (producer, consumer):
         with open(os.path.join(out_dir, f"{task}.executor_input.json")) as handle:
-            executor_input = json.load(handle)
-        with open(os.path.join(out_dir, f"{task}.pod_spec_patch.json")) as handle:
-            patch = json.load(handle)
-        out[task] = Task(executor_input, patch)
+            out[task] = json.load(handle)
     return out
