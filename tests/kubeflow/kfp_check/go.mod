@@ -1,17 +1,19 @@
 // kfp_check (tests/kubeflow/kfp_backend.py builds it): Kubeflow Pipelines' backend code on the
 // compiled files. kubeflow/pipelines has no semver tags, so its root module is pinned by the
-// pseudo-version of tag 2.14.3 (commit fc3214d4b4d3), the newest commit for which the Go module
-// proxy reachable here serves one (7b70c7b9, which tests/kubeflow/vendor comes from, and the
-// 2.15.0, 2.16.x and 2.17.0 commits are refused). KFP's root go.mod points its api and
-// kubernetes_platform modules at ./api and ./kubernetes_platform; those replaces do not apply to
-// a consumer, which gets the stale pseudo-versions the root requires (api 2025-01-02,
-// kubernetes_platform 2024-07-25). The replace lines the backend needs (both modules at
-// fc3214d4b4d3) are not possible here: the proxy has no version of either at that commit (404).
-// With the stale ones, backend/src/v2/driver, backend/src/v2/compiler/argocompiler and
-// backend/src/apiserver/template do not compile (fields added to the protos since), so this
-// module uses backend/src/v2/metadata, objectstore and config only. The checksum database has no
-// entry for these pseudo-versions: go.sum, committed, pins them (GONOSUMDB for kubeflow/pipelines
-// when running `go mod tidy`).
+// pseudo-version of tag 2.14.3 (commit fc3214d4b4d3): of the commits checked (tags 2.4.0,
+// 2.4.1, 2.5.0, 2.14.3, 2.14.4, 2.15.0, 2.16.0, 2.16.1, 2.17.0, and 7b70c7b9, which
+// tests/kubeflow/vendor comes from), the only one the Go module proxy reachable here serves (the
+// others: 403 "This module version is not available").
+// KFP's root go.mod points its api and kubernetes_platform modules at ./api and
+// ./kubernetes_platform; those replaces do not apply to a consumer, which gets the stale
+// pseudo-versions the root requires (api 2025-01-02, kubernetes_platform 2024-07-25). The
+// replace lines the backend needs (both modules at fc3214d4b4d3) are not possible here: the
+// proxy has no version of either at that commit (404). With the stale ones,
+// backend/src/v2/driver, backend/src/v2/compiler/argocompiler and backend/src/apiserver/template
+// do not compile (proto fields added since), so this module uses backend/src/v2/metadata,
+// objectstore and config only. The checksum database has no entry for these pseudo-versions:
+// go.sum, committed, pins them (set GONOSUMDB=github.com/kubeflow/pipelines for `go mod tidy`).
+// Go >= 1.24 (the go line below).
 module tfx-scaleout/tests/kfp-check
 
 go 1.24.2
