@@ -21,30 +21,11 @@ from google.protobuf import (
 )
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from kubeflow import run_kubeflow
 from kubeflow.config import is_pinned
 from tests.kubeflow import ir_runner
+from tests.kubeflow.variants import VARIANTS
 
-IMAGE = "registry.example.com/tfx-scaleout@sha256:" + "1" * 64
-GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64
 VENDOR = os.path.join(os.path.dirname(__file__), "vendor")
-VARIANTS = {
-    "penguins": [],
-    "user_csv": ["--data_root=gs://bucket/penguins", "--label=species"],
-    "digits": ["--dataset=digits"],
-    "multi_worker_tfjob": ["--strategy=multi_worker_mirrored", "--workers=2"],
-    "parameter_server_tfjob": ["--strategy=parameter_server", "--workers=2", "--ps=1"],
-    "multi_worker_local": ["--strategy=multi_worker_mirrored", "--workers=2", "--launcher=local"],
-    "digits_parameter_server": ["--dataset=digits", "--strategy=parameter_server", "--ps=1"],
-    "pvc": [
-        "--pvc_name=tfx-data",
-        "--mount_path=/mnt/data",
-        "--data_root=/mnt/data/penguins",
-        "--label=species",
-        "--serving_model_dir=/mnt/data/serving",
-        "--node_selector=pool=gpu",
-    ],
-}
 PARAMETER_REFERENCE = re.compile(r"^\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}$")
 ARTIFACT_REFERENCE = re.compile(
     r"^\{\{\$\.(inputs|outputs)\.artifacts\['([^']+)'\]\.(uri|path|metadata)\}\}$"
@@ -69,20 +50,11 @@ def kubernetes_executor_config_class():
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, tuple[dict, dict | None]]:
+def compiled(compiled_files) -> dict[str, tuple[dict, dict | None]]:
+    """variant -> (PipelineSpec, PlatformSpec or None), from the session's compiled files."""
     out = {}
-    for name, flags in VARIANTS.items():
-        output = tmp_path_factory.mktemp(name) / "pipeline.yaml"
-        argv = [
-            "compile",
-            "--pipeline_root=gs://bucket/tfx",
-            f"--image={IMAGE}",
-            f"--gpu_image={GPU_IMAGE}",
-            f"--output={output}",
-            *flags,
-        ]
-        assert run_kubeflow.main(argv) == 0, name
-        with open(output) as handle:
+    for name, path in compiled_files.items():
+        with open(path) as handle:
             documents = list(yaml.safe_load_all(handle))
         assert len(documents) <= 2
         out[name] = (documents[0], documents[1] if len(documents) > 1 else None)

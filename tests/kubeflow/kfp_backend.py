@@ -1,0 +1,199 @@
+"""Kubeflow Pipelines' own backend code on the compiled files: a small Go program (kfp_check/,
+pinned to a kubeflow/pipelines commit by its go.mod and go.sum; what it can and cannot use is
+said there) built once per machine and cached under ~/.cache/tfx-scaleout/kfp-check/<hash of
+go.mod, go.sum and the sources>/ ($XDG_CACHE_HOME respected; Go's module and build caches are
+where `go env` says), as tests/components/training/real_kube.py does for kube-apiserver.
+
+`hand_off` has the backend hand a producer task's output artifacts to a consumer task through a
+real ML Metadata store served over gRPC by `MlmdServer` (MLMD's own library on SQLite behind
+MLMD's own service definition), and returns the ExecutorInput of each.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULE = os.path.join(HERE, "kfp_check")
+# The Go module proxy has no checksum-database entry for kubeflow/pipelines pseudo-versions:
+# go.sum (committed) is what pins them; the build is -mod=readonly and never asks sum.golang.org.
+NOSUMDB = "github.com/kubeflow/pipelines"
+
+
+class Unavailable(RuntimeError):
+    """Go is missing or too old; the message says what to install."""
+
+
+def kfp_version(go_mod: str | None = None) -> str:
+    """The kubeflow/pipelines pseudo-version kfp_check/go.mod requires."""
+    with open(go_mod or os.path.join(MODULE, "go.mod")) as handle:
+        found = re.search(
+            r"^(?:require )?\s*github\.com/kubeflow/pipelines (v\S+)$", handle.read(), re.M
+        )
+    if not found:
+        raise RuntimeError("kfp_check/go.mod does not require github.com/kubeflow/pipelines")
+    return found.group(1)
+
+
+def _sources() -> list[str]:
+    return sorted(
+        os.path.join(MODULE, name)
+        for name in os.listdir(MODULE)
+        if name.endswith(".go") or name in ("go.mod", "go.sum")
+    )
+
+
+def cache_dir() -> str:
+    digest = hashlib.sha256()
+    for path in _sources():
+        with open(path, "rb") as handle:
+            digest.update(os.path.basename(path).encode() + b"\0" + handle.read())
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "tfx-scaleout", "kfp-check", digest.hexdigest()[:16])
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise Unavailable("the KFP backend checks are built with Go: install Go (go.dev/dl)")
+    with open(os.path.join(MODULE, "go.mod")) as handle:
+        needed_text = re.search(r"^go (\d+)\.(\d+)", handle.read(), re.M)
+    assert needed_text, "kfp_check/go.mod has no go line"
+    needed = (int(needed_text.group(1)), int(needed_text.group(2)))
+    output = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout
+    found = re.match(r"go(\d+)\.(\d+)", output.strip())
+    if not found or (int(found.group(1)), int(found.group(2))) < needed:
+        raise Unavailable(
+            f"kfp_check needs Go >= {needed[0]}.{needed[1]}, found {output.strip() or 'none'}"
+        )
+    return go
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    binary: str
+    seconds: float  # the build's time in this process; 0.0 when the cached binary was used
+
+
+def build(say=lambda line: None) -> Built:
+    """kfp_check: cached, else built by one `go build` under a lock (two sessions build once)."""
+    folder = cache_dir()
+    binary = os.path.join(folder, "kfp_check")
+    if os.access(binary, os.X_OK):
+        return Built(binary, 0.0)
+    go = _go()
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.access(binary, os.X_OK):
+            return Built(binary, 0.0)
+        say(f"tests: building kfp_check against kubeflow/pipelines {kfp_version()} (once)")
+        started = time.monotonic()
+        partial = binary + ".partial"
+        flags = f"{os.environ.get('GOFLAGS', '')} -mod=readonly -modcacherw".strip()
+        nosumdb = ",".join(filter(None, [os.environ.get("GONOSUMDB", ""), NOSUMDB]))
+        result = subprocess.run(
+            [go, "build", "-trimpath", "-ldflags=-s -w", "-o", partial, "."],
+            cwd=MODULE,
+            env=dict(os.environ, GOFLAGS=flags, GONOSUMDB=nosumdb),
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+            raise RuntimeError(f"go build of kfp_check failed:\n{tail}")
+        os.replace(partial, binary)
+        return Built(binary, time.monotonic() - started)
+
+
+class CheckFailed(AssertionError):
+    """KFP's backend refused a file; the message is kfp_check's (file, step, KFP's error)."""
+
+
+def _run(binary: str, args: list[str]) -> None:
+    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise CheckFailed((result.stderr or result.stdout).strip()[-4000:])
+
+
+class MlmdServer:
+    """ML Metadata's own store (its C++ library, SQLite file) behind MLMD's gRPC service
+    definition, on a loopback port: each RPC is handed to the store unchanged, so the backend's
+    Go client talks to real MLMD semantics (the cluster runs the same library in
+    metadata-grpc-server)."""
+
+    def __init__(self, sqlite_path: str):
+        from ml_metadata.metadata_store import metadata_store
+        from ml_metadata.proto import metadata_store_pb2
+
+        config = metadata_store_pb2.ConnectionConfig()
+        config.sqlite.filename_uri = sqlite_path
+        sqlite = metadata_store_pb2.SqliteMetadataSourceConfig
+        config.sqlite.connection_mode = sqlite.READWRITE_OPENCREATE
+        self.store = metadata_store.MetadataStore(config)
+        self.server = None
+        self.port = 0
+
+    def _handler(self, method):
+        import grpc
+        from ml_metadata import errors
+        from ml_metadata.proto import metadata_store_service_pb2 as service
+
+        response_class = getattr(service, method.output_type.name)
+
+        def call(request, context):
+            response = response_class()
+            try:
+                # The store's own dispatch by RPC name (what its Python methods call).
+                self.store._call(method.name, request, response)  # noqa: SLF001
+            except errors.StatusError as error:
+                code = next(c for c in grpc.StatusCode if c.value[0] == error.error_code)
+                context.abort(code, str(error))
+            return response
+
+        return grpc.unary_unary_rpc_method_handler(
+            call,
+            request_deserializer=getattr(service, method.input_type.name).FromString,
+            response_serializer=response_class.SerializeToString,
+        )
+
+    def start(self) -> MlmdServer:
+        import grpc
+        from ml_metadata.proto import metadata_store_service_pb2 as service
+
+        described = service.DESCRIPTOR.services_by_name["MetadataStoreService"]
+        handlers = {method.name: self._handler(method) for method in described.methods}
+        # One worker: the SQLite store is used from one thread, as MLMD's server does per call.
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(described.full_name, handlers),)
+        )
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(grace=None)
+
+
+def hand_off(
+    binary: str, pipeline: str, producer: str, consumer: str, out_dir: str, mlmd: MlmdServer
+) -> dict[str, dict]:
+    """task -> its ExecutorInput (JSON form) as the backend builds it, producer and consumer."""
+    address = f"127.0.0.1:{mlmd.port}"
+    _run(binary, ["hand-off", pipeline, address, out_dir, producer, consumer])
+    out = {}
+    for task in (producer, consumer):
+        with open(os.path.join(out_dir, f"{task}.executor_input.json")) as handle:
+            out[task] = json.load(handle)
+    return out
