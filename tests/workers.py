@@ -35,6 +35,7 @@ SHARED_FIXTURES = frozenset(
         "transform_run",  # tf.Transform analyze+transform runs
         "image_transform_run",
         "regression_transform_run",
+        "compiled_files",  # every Kubeflow variant compiled
     }
 )
 CHEAP_FIXTURES = frozenset({"penguins_csv", "penguins_schema_path"})
@@ -55,6 +56,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/components/training/test_trainjob.py",
     ),
     "podman": ("tests/kubeflow/test_image_build.py",),
+    "kubeflow-variants": (
+        "tests/kubeflow/test_conformance.py",
+        "tests/kubeflow/test_kfp_backend.py",
+    ),
     "transform-runs": (
         "tests/components/ml/test_image_preprocessing.py",
         "tests/components/ml/test_image_skew.py",
