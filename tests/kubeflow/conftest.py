@@ -1,0 +1,60 @@
+"""The project's image, built once per test session (kubeflow/local_base.sh, then
+kubeflow/build_images.sh with podman) for every test that runs containers of it
+(test_image_build.py, test_kfp_local.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from pipeline import datasets
+
+ROOT = datasets.PROJECT_ROOT
+BASE = "localhost/tfx-scaleout-base:py3.10-bookworm"
+IMAGE = "localhost/tfx-scaleout:ci-test"
+
+
+def _ensure_tools() -> None:
+    refuse = pytest.fail if os.environ.get("CI", "").lower() == "true" else pytest.skip
+    if os.geteuid() != 0:
+        refuse("debootstrap (kubeflow/local_base.sh) needs root")
+    info = subprocess.run(["podman", "info"], capture_output=True, text=True)
+    if info.returncode != 0:
+        refuse(f"podman does not run here: {info.stderr.strip()[-500:]}")
+
+
+def _script(name: str, *args: str, env: dict[str, str]) -> float:
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", os.path.join(ROOT, "kubeflow", name), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The base (when missing) and the image, built by the project's scripts."""
+    _ensure_tools()
+    env = dict(
+        os.environ,
+        ENGINE="podman",
+        LOCAL_BASE_IMAGE=BASE,
+        BASE_IMAGE=BASE,
+        BEAM_BOOT_IMAGE="no-beam-boot",
+    )
+    base_seconds = _script("local_base.sh", env=env)
+    build_seconds = _script(
+        "build_images.sh", "--no-push", "--cpu-only", "--tag", "ci-test", env=env
+    )
+    print(f"\nlocal base: {base_seconds:.0f} s; image build: {build_seconds:.0f} s")
+    return IMAGE
+
+
