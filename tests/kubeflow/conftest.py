@@ -56,5 +56,3 @@ def image() -> str:
     )
     print(f"\nlocal base: {base_seconds:.0f} s; image build: {build_seconds:.0f} s")
     return IMAGE
-
-

@@ -58,8 +58,10 @@ def ensure_venv(python: str | None = None) -> str:
     """kfp.local's environment, built from PyPI once and reused while its pins are the same."""
     marker = os.path.join(VENV, "tfx-scaleout-pins.txt")
     pins = f"kfp=={KFP_VERSION}\ndocker=={DOCKER_VERSION}\n"
-    if os.path.exists(marker) and open(marker).read() == pins:
-        return PYTHON
+    if os.path.exists(marker):
+        with open(marker) as handle:
+            if handle.read() == pins:
+                return PYTHON
     base = python or _python310()
     subprocess.run([base, "-m", "venv", "--clear", VENV], check=True, capture_output=True)
     install = subprocess.run(
@@ -172,8 +174,9 @@ def _check_images(client, users: dict[str, list[str]]) -> None:
             client.images.pull(image)
         except docker.errors.APIError as error:
             raise KfpLocalFailed(
-                f"task(s) {', '.join(sorted(tasks))}: image {image} does not resolve: not on this machine and"
-                f" the pull failed ({error.explanation or error}); build it or fix --image"
+                f"task(s) {', '.join(sorted(tasks))}: image {image} does not resolve: not on"
+                f" this machine and the pull failed ({error.explanation or error});"
+                " build it or fix --image"
             ) from None
 
 

@@ -2,23 +2,20 @@
 the compiled inputs spec, on the three shapes an ExecutorInput arrives in (KFP's backend
 driver: `{"instanceSchema": ""}`; kfp.local: `schemaTitle: system.Artifact`; TFX's own: the
 declared type), and TFX's own parser (kubeflow_v2_entrypoint_utils) then builds the artifact.
-One real StatisticsGen run through `python -m kubeflow.run_executor` on the backend's shape,
-beside TFX's stock entry point failing on the same input."""
+Every TFX task of the compiled pipelines runs through it in test_ir_pipeline.py, which also
+shows TFX's stock entry point failing on the backend's shape."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.orchestration.kubeflow.v2 import compiler_utils
 from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as tfx_utils
 from tfx.types import standard_artifacts
 
-from google.protobuf import json_format
 from kubeflow import compile as compiler
 from kubeflow import run_executor
 
@@ -137,88 +134,6 @@ def test_the_cli_is_tfxs_and_the_compiled_command_is_this_module():
     # absl hands the parser the whole argv: TFX's leftover (Beam) args start with the program.
     assert vars(ours) == vars(theirs) and beam == stock_beam == ["prog", "--runner=DirectRunner"]
     assert compiler.EXECUTOR_COMMAND == ["python", "-m", "kubeflow.run_executor"]
-
-
-def _examples(directory) -> str:
-    """Three real tf.Examples in Split-train, gzip TFRecord as ExampleGen writes them."""
-    import tensorflow as tf
-
-    split = os.path.join(directory, "examples", "Split-train")
-    os.makedirs(split)
-    path = os.path.join(split, "data_tfrecord-00000-of-00001.gz")
-    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
-        for value in (1.0, 2.0, 4.0):
-            feature = {"x": tf.train.Feature(float_list=tf.train.FloatList(value=[value]))}
-            writer.write(
-                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-            )
-    return os.path.dirname(split)
-
-
-@pytest.mark.slow
-def test_statistics_gen_runs_on_the_backends_shape_where_tfx_alone_fails(tmp_path):
-    examples = _examples(tmp_path)
-    statistics = tmp_path / "task" / "statistics"
-    outputs = {
-        "artifacts": {
-            "statistics": {
-                "artifacts": [
-                    {
-                        "name": "statistics",
-                        "uri": str(statistics),
-                        "type": {
-                            "instanceSchema": compiler_utils.get_artifact_schema(
-                                standard_artifacts.ExampleStatistics
-                            ).decode()
-                        },
-                    }
-                ]
-            },
-            "executor-logs": {
-                "artifacts": [
-                    {
-                        "name": "executor-logs",
-                        "uri": str(tmp_path / "task" / "executor-logs"),
-                        "type": {"schemaTitle": "system.Artifact"},
-                    }
-                ]
-            },
-        },
-        "outputFile": str(tmp_path / "task" / "output_metadata.json"),
-    }
-    value = executor_input(SHAPES["backend"], uri=examples, outputs=outputs)
-    args = [
-        "--executor_class_path",
-        "tfx.components.statistics_gen.executor.Executor",
-        "--json_serialized_invocation_args",
-        json.dumps(value),
-        "--json_serialized_inputs_spec_args",
-        json.dumps(INPUTS_SPEC),
-        "--runner=DirectRunner",
-    ]
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    stock = subprocess.run(
-        [sys.executable, "-m", STOCK_TFX, *args], capture_output=True, text=True, env=env
-    )
-    assert stock.returncode != 0
-    assert "AttributeError: 'NoneType' object has no attribute 'get'" in stock.stderr
-    ours = subprocess.run(
-        [sys.executable, "-m", "kubeflow.run_executor", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert ours.returncode == 0, ours.stderr[-3000:]
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
-    with open(statistics / "Split-train" / "FeatureStats.pb", "rb") as handle:
-        stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(handle.read())
-    [dataset] = stats.datasets
-    assert dataset.num_examples == 3
-    [feature] = dataset.features
-    assert feature.path.step == ["x"] and abs(feature.num_stats.mean - 7 / 3) < 1e-6
-    written = json.loads((tmp_path / "task" / "output_metadata.json").read_text())
-    assert list(written["artifacts"]) == ["statistics"]
 
 
 def test_unrestorable_input_exits_2_with_the_message(capsys):
