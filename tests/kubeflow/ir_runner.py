@@ -8,9 +8,11 @@ What it does as KFP does:
     object store the launcher opens (gs://, s3://, minio://, mem://);
   - runs the root DAG's tasks in dependency order; each task's ExecutorInput has its parameter
     values (constants, pipeline parameters with their defaults, upstream output parameters), its
-    input artifacts (name = the recorded artifact's id, URI and the metadata its producer
-    wrote), output artifacts under <root>/<pipeline>/<run>/<task>/<salt>/<output>, output
-    parameter files and the executor output file;
+    input artifacts as the driver sends them (name = the recorded artifact's id, type
+    `{"instanceSchema": ""}`, URI, and the metadata its producer wrote as MLMD gives it back,
+    with the launcher's display_name and store_session_info), output artifacts under
+    <root>/<pipeline>/<run>/<task>/<salt>/<output> plus the driver's `executor-logs` output
+    (which gets the task's log), output parameter files and the executor output file;
   - the cache key (driver/cache.go, cacheutils/cache.go): input artifact names, input parameter
     values, output artifact specs without URIs, output parameter types, the container's image
     and unresolved command + args, PVC names; sha256 of its JSON; looked up per pipeline name

@@ -135,7 +135,7 @@ def run(
             tasks.append(json.loads(line.split(" ", 1)[1]))
         elif line.startswith("KFP_LOCAL_ERROR "):
             errors.append(line.split(" ", 1)[1])
-    output = completed.stdout + completed.stderr
+    output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)  # kfp's colours
     if completed.returncode != 0:
         raise KfpLocalFailed(
             errors[0] if errors else f"kfp.local exited {completed.returncode}: {output[-3000:]}"

@@ -57,17 +57,6 @@ def test_penguin_pipeline_runs_under_kfp_local_and_faults_name_the_task(image, t
                 **kwargs,
             )
 
-        root = _root(tmp_path, "root", UID)
-        started = time.monotonic()
-        tasks, output = run(root)
-        print(f"\nkfp.local penguins: {time.monotonic() - started:.0f} s")
-        assert len(tasks) == 10 and {task["exit"] for task in tasks} == {0}
-        assert "finished with status SUCCESS" in output
-        [version] = os.listdir(os.path.join(root, "serving_model"))
-        pushed = os.path.join(root, "serving_model", version)
-        assert os.path.exists(os.path.join(pushed, "saved_model.pb"))
-        assert os.stat(pushed).st_uid == UID  # written by the image's user
-
         # A task that fails: no CSV under data_root; the driver exits non-zero.
         with pytest.raises(kfp_local.KfpLocalFailed) as failed:
             run(_root(tmp_path, "bad-data", UID), arguments={"data_root": "/no/such/data"})
@@ -85,3 +74,14 @@ def test_penguin_pipeline_runs_under_kfp_local_and_faults_name_the_task(image, t
         message = str(failed.value)
         assert message.startswith("task CsvExampleGen-driver exited 1: the image's user 1000:1000")
         assert "cannot write the pipeline root" in message
+
+        root = _root(tmp_path, "root", UID)
+        started = time.monotonic()
+        tasks, output = run(root)
+        print(f"\nkfp.local penguins: {time.monotonic() - started:.0f} s")
+        assert len(tasks) == 10 and {task["exit"] for task in tasks} == {0}
+        assert "finished with status SUCCESS" in output
+        [version] = os.listdir(os.path.join(root, "serving_model"))
+        pushed = os.path.join(root, "serving_model", version)
+        assert os.path.exists(os.path.join(pushed, "saved_model.pb"))
+        assert os.stat(pushed).st_uid == UID  # written by the image's user
