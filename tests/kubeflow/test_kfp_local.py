@@ -11,6 +11,7 @@ once per machine (~/.cache/tfx-scaleout/kfp-local-venv)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -57,11 +58,11 @@ def test_penguin_pipeline_runs_under_kfp_local_and_faults_name_the_task(image, t
                 **kwargs,
             )
 
-        # A task that fails: no CSV under data_root; the driver exits non-zero.
+        # A task that fails: no CSV under data_root; ExampleGen exits non-zero.
         with pytest.raises(kfp_local.KfpLocalFailed) as failed:
             run(_root(tmp_path, "bad-data", UID), arguments={"data_root": "/no/such/data"})
-        assert str(failed.value).startswith("task CsvExampleGen-driver exited 1; log:")
-        assert "/no/such/data" in str(failed.value)
+        assert str(failed.value).startswith("task CsvExampleGen exited 1; log:")
+        assert "no input files match '/no/such/data/penguins.csv'" in str(failed.value)
 
         # An image reference that does not resolve: refused before any task runs.
         missing = "localhost/tfx-scaleout:no-such-tag"
@@ -71,9 +72,11 @@ def test_penguin_pipeline_runs_under_kfp_local_and_faults_name_the_task(image, t
         # A pipeline root the image's user cannot write (root's, mode 755).
         with pytest.raises(kfp_local.KfpLocalFailed) as failed:
             run(_root(tmp_path, "read-only", 0))
-        message = str(failed.value)
-        assert message.startswith("task CsvExampleGen-driver exited 1: the image's user 1000:1000")
-        assert "cannot write the pipeline root" in message
+        # The first task kfp.local starts (ImportSchemaGen) is the one that fails.
+        assert re.match(
+            r"task \S+ exited 1: the image's user 1000:1000 cannot write the pipeline root",
+            str(failed.value),
+        ), str(failed.value)
 
         root = _root(tmp_path, "root", UID)
         started = time.monotonic()
