@@ -47,12 +47,10 @@ from pipeline import datasets, fingerprints, flags
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 TRAINER_ID = "Trainer"
-# The container command TFX's Kubeflow v2 launcher expects (args are added by the compiler).
-EXECUTOR_COMMAND = [
-    "python",
-    "-m",
-    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
-]
+# The container command of every TFX task (TFX's compiler adds the args): the project's entry
+# point, TFX's kubeflow_v2_run_executor with each input's TFX type restored from the compiled
+# inputDefinitions (kubeflow/run_executor.py: KFP's driver and kfp.local send other types).
+EXECUTOR_COMMAND = ["python", "-m", "kubeflow.run_executor"]
 # Runtime parameter of the compiled pipeline: where the raw data is read from.
 DATA_ROOT_PARAMETER = "data_root"
 # The ExampleGen driver's task (kubeflow/example_gen_driver.py) and what it hands ExampleGen.

@@ -1,28 +1,78 @@
-"""Fixtures of the Kubeflow tests: every variant the conformance checks cover, compiled once per
-session (tests/kubeflow/test_conformance.py reads them; tests/kubeflow/test_kfp_backend.py hands
-the same files to KFP's own backend code)."""
+"""Fixtures of the Kubeflow tests, built once per session:
+- every variant the conformance checks cover, compiled (tests/kubeflow/test_conformance.py reads
+  them; tests/kubeflow/test_kfp_backend.py hands the same files to KFP's own backend code);
+- the project's image (kubeflow/local_base.sh, then kubeflow/build_images.sh with podman) for
+  every test that runs containers of it (test_image_build.py, test_kfp_local.py)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 
 import pytest
 
 from kubeflow import run_kubeflow
-from tests.kubeflow.variants import GPU_IMAGE, IMAGE, PIPELINE_ROOT, VARIANTS
+from pipeline import datasets
+from tests.kubeflow import variants
+
+ROOT = datasets.PROJECT_ROOT
+BASE = "localhost/tfx-scaleout-base:py3.10-bookworm"
+IMAGE = "localhost/tfx-scaleout:ci-test"
+
+
+def _ensure_tools() -> None:
+    refuse = pytest.fail if os.environ.get("CI", "").lower() == "true" else pytest.skip
+    if os.geteuid() != 0:
+        refuse("debootstrap (kubeflow/local_base.sh) needs root")
+    info = subprocess.run(["podman", "info"], capture_output=True, text=True)
+    if info.returncode != 0:
+        refuse(f"podman does not run here: {info.stderr.strip()[-500:]}")
+
+
+def _script(name: str, *args: str, env: dict[str, str]) -> float:
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", os.path.join(ROOT, "kubeflow", name), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The base (when missing) and the image, built by the project's scripts."""
+    _ensure_tools()
+    env = dict(
+        os.environ,
+        ENGINE="podman",
+        LOCAL_BASE_IMAGE=BASE,
+        BASE_IMAGE=BASE,
+        BEAM_BOOT_IMAGE="no-beam-boot",
+    )
+    base_seconds = _script("local_base.sh", env=env)
+    build_seconds = _script(
+        "build_images.sh", "--no-push", "--cpu-only", "--tag", "ci-test", env=env
+    )
+    print(f"\nlocal base: {base_seconds:.0f} s; image build: {build_seconds:.0f} s")
+    return IMAGE
 
 
 @pytest.fixture(scope="session")
 def compiled_files(tmp_path_factory) -> dict[str, str]:
     """variant -> its pipeline.yaml, `run_kubeflow.py compile` with the variant's flags."""
     out = {}
-    for name, flags in VARIANTS.items():
+    for name, flags in variants.VARIANTS.items():
         output = tmp_path_factory.mktemp(name) / "pipeline.yaml"
         argv = [
             "compile",
-            f"--pipeline_root={PIPELINE_ROOT}",
-            f"--image={IMAGE}",
-            f"--gpu_image={GPU_IMAGE}",
+            f"--pipeline_root={variants.PIPELINE_ROOT}",
+            f"--image={variants.IMAGE}",
+            f"--gpu_image={variants.GPU_IMAGE}",
             f"--output={output}",
             *flags,
         ]

@@ -8,9 +8,11 @@ What it does as KFP does:
     object store the launcher opens (gs://, s3://, minio://, mem://);
   - runs the root DAG's tasks in dependency order; each task's ExecutorInput has its parameter
     values (constants, pipeline parameters with their defaults, upstream output parameters), its
-    input artifacts (name = the recorded artifact's id, URI and the metadata its producer
-    wrote), output artifacts under <root>/<pipeline>/<run>/<task>/<salt>/<output>, output
-    parameter files and the executor output file;
+    input artifacts as the driver sends them (name = the recorded artifact's id, type
+    `{"instanceSchema": ""}`, URI, and the metadata its producer wrote as MLMD gives it back,
+    with the launcher's display_name and store_session_info), output artifacts under
+    <root>/<pipeline>/<run>/<task>/<salt>/<output> plus the driver's `executor-logs` output
+    (which gets the task's log), output parameter files and the executor output file;
   - the cache key (driver/cache.go, cacheutils/cache.go): input artifact names, input parameter
     values, output artifact specs without URIs, output parameter types, the container's image
     and unresolved command + args, PVC names; sha256 of its JSON; looked up per pipeline name
@@ -56,6 +58,8 @@ BUCKET_PATTERN = re.compile(r"(^[a-z][a-z0-9]+:///?)([^/?]+)(/[^?]*)?(\?.+)?$")
 OBJECT_STORE_SCHEMES = ("gs://", "s3://", "minio://", "mem://")
 # component/launcher_v2.go LocalPathForURI: where the pod sees an object-store URI.
 LOCAL_PREFIXES = {"gs://": "/gcs/", "minio://": "/minio/", "s3://": "/s3/"}
+# The log output the driver adds to every container task (driver/driver.go:753).
+EXECUTOR_LOGS = "executor-logs"
 PLACEHOLDER = re.compile(r"\{\{\$(?:\.[^}]*)?\}\}")
 
 
@@ -237,6 +241,33 @@ def cache_fingerprint(
         },
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def mlmd_round_trip(value: Any) -> Any:
+    """A metadata value as it comes back from MLMD: stored by the launcher's RecordArtifact
+    through toMLMDArtifact / StructValueToMLMDValue (metadata/converter.go:110-170: numbers as
+    double, bools as int 1/0, a list as a struct {"list": [...]}, a struct as {"struct": {...}})
+    and read back by toRuntimeArtifact (converter.go:194-212: int and double as numbers)."""
+    if isinstance(value, bool):
+        return float(int(value))
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        return {"list": value}
+    if isinstance(value, dict):
+        return {"struct": value}
+    if value is None:  # converter.go:167 "TODO: support null": the launcher fails the task
+        raise TaskFailed("null metadata value: the launcher cannot record it in MLMD")
+    return value
+
+
+def store_session_info(root: str) -> str:
+    """The store_session_info custom property RecordArtifact adds (metadata/client.go:1243-1250):
+    the bucket's objectstore.SessionInfo as JSON; with no kfp-launcher config, gs:// reads
+    credentials from the environment (config/gcs.go:69-75), as do s3:// and minio://
+    (config/s3.go:89-93)."""
+    provider = root.split("://", 1)[0]
+    return json.dumps({"Provider": provider, "Params": {"fromEnv": "true"}}, separators=(",", ":"))
 
 
 def placeholder_values(executor_input: dict) -> dict[str, str]:
@@ -463,10 +494,15 @@ class IRRunner:
 
     @staticmethod
     def _runtime_artifact(record: dict) -> dict:
-        """metadata toRuntimeArtifact: name is the artifact's id."""
+        """What the driver hands a downstream task (driver/resolve.go:778-793): the producer's
+        output read back from MLMD by GetOutputArtifactsByExecutionId with Schema ""
+        (metadata/client.go:1140-1145), then OutputArtifact.ToRuntimeArtifact
+        (client.go:245-259): name the MLMD id, the URI, every (custom) property as metadata
+        (converter.go:181-221), and the type `{"instanceSchema": ""}`, whatever the compiled
+        file declares."""
         return {
             "name": str(record["id"]),
-            "type": {"schemaTitle": record["schemaTitle"]},
+            "type": {"instanceSchema": ""},
             "uri": record["uri"],
             "metadata": dict(record["metadata"]),
         }
@@ -512,9 +548,12 @@ class IRRunner:
                         }
                     ]
                 }
-                for name, definition in component.get("outputDefinitions", {})
-                .get("artifacts", {})
-                .items()
+                for name, definition in {
+                    **component.get("outputDefinitions", {}).get("artifacts", {}),
+                    # driver/driver.go:747-760: publish_logs defaults to "true"
+                    # (cmd/driver/main.go:101), so every task gets this launcher-managed output.
+                    EXECUTOR_LOGS: {"artifactType": {"schemaTitle": "system.Artifact"}},
+                }.items()
             },
             "parameters": {
                 name: {"outputFile": f"/tmp/kfp/outputs/{name}"} for name in output_types
@@ -552,14 +591,20 @@ class IRRunner:
         recorded = {}
         for name, listed in outputs["artifacts"].items():
             artifact = listed["artifacts"][0]
+            # launcher_v2.go:802-807 mergeRuntimeArtifacts (not for executor-logs), then
+            # RecordArtifact (metadata/client.go:1214-1250): metadata as custom properties,
+            # display_name and store_session_info added when absent.
             written = executor_output.get("artifacts", {}).get(name, {}).get("artifacts", [{}])
-            metadata = {**artifact.get("metadata", {}), **(written[0].get("metadata") or {})}
+            metadata = dict(artifact.get("metadata", {}))
+            if name != EXECUTOR_LOGS:
+                metadata.update(written[0].get("metadata") or {})
             metadata.setdefault("display_name", name)
+            metadata.setdefault("store_session_info", store_session_info(artifact["uri"]))
             recorded[name] = self.store.add_artifact(
                 {
                     "schemaTitle": schema_title(artifact["type"]),
                     "uri": artifact["uri"],
-                    "metadata": self._remote(metadata),
+                    "metadata": {k: mlmd_round_trip(v) for k, v in self._remote(metadata).items()},
                     "producer": task_name,
                 }
             )
@@ -669,10 +714,14 @@ class IRRunner:
             self._makedirs(os.path.dirname(parameter["outputFile"]))
         self._makedirs(os.path.dirname(output_file))
         for listed in local_input["outputs"]["artifacts"].values():
-            self._makedirs(listed["artifacts"][0]["uri"])  # prepareOutputFolders
+            # prepareOutputFolders (launcher_v2.go:1280-1305) makes each artifact's parent
+            # folder; the artifact's own folder is the executor's to make.
+            self._makedirs(os.path.dirname(listed["artifacts"][0]["uri"]))
         command = list(container["command"])
         args = compile_args(local_input, container.get("args", []))
-        log_path = self._pod_file(task_name, "/log.txt")
+        # getLogWriter (launcher_v2.go:632-656): the task's output goes to the executor-logs
+        # artifact's local path.
+        log_path = local_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]["uri"]
         if self.container:
             argv, name = self._container_argv(image, command, args)
         else:

@@ -32,8 +32,6 @@ from tests.kubeflow import ir_runner
 pytestmark = [pytest.mark.slow, pytest.mark.system_packages("podman", "debootstrap", "runc")]
 
 ROOT = datasets.PROJECT_ROOT
-BASE = "localhost/tfx-scaleout-base:py3.10-bookworm"
-IMAGE = "localhost/tfx-scaleout:ci-test"
 IR_IMAGE = "registry.example.com/tfx-scaleout@sha256:" + "1" * 64
 IR_GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64
 UID = 1000
@@ -47,52 +45,11 @@ UP_TO_TRANSFORM = {
 }
 
 
-def _ensure_tools() -> None:
-    refuse = pytest.fail if os.environ.get("CI", "").lower() == "true" else pytest.skip
-    if os.geteuid() != 0:
-        refuse("debootstrap (kubeflow/local_base.sh) needs root")
-    info = subprocess.run(["podman", "info"], capture_output=True, text=True)
-    if info.returncode != 0:
-        refuse(f"podman does not run here: {info.stderr.strip()[-500:]}")
-
-
 def podman_run(*args: str, entrypoint: str | None = None) -> subprocess.CompletedProcess:
     argv = ["podman", "run", "--rm", *ir_runner.PODMAN_RUN_OPTIONS]
     if entrypoint is not None:
         argv += ["--entrypoint", entrypoint]
     return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=300)
-
-
-def _script(name: str, *args: str, env: dict[str, str]) -> float:
-    started = time.monotonic()
-    result = subprocess.run(
-        ["bash", os.path.join(ROOT, "kubeflow", name), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    return time.monotonic() - started
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    """The base (when missing) and the image, built by the project's scripts."""
-    _ensure_tools()
-    env = dict(
-        os.environ,
-        ENGINE="podman",
-        LOCAL_BASE_IMAGE=BASE,
-        BASE_IMAGE=BASE,
-        BEAM_BOOT_IMAGE="no-beam-boot",
-    )
-    base_seconds = _script("local_base.sh", env=env)
-    build_seconds = _script(
-        "build_images.sh", "--no-push", "--cpu-only", "--tag", "ci-test", env=env
-    )
-    print(f"\nlocal base: {base_seconds:.0f} s; image build: {build_seconds:.0f} s")
-    return IMAGE
 
 
 def _lock() -> dict[str, str]:

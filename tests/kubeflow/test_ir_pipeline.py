@@ -32,6 +32,11 @@ GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DRIVER = "CsvExampleGen-driver"
 COMPONENTS = set(CSV_COMPONENTS)
+STOCK_TFX_COMMAND = [
+    "python",
+    "-m",
+    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+]
 
 
 def _site_packages() -> str:
@@ -168,3 +173,22 @@ def test_digits_end_to_end_through_the_ir(tmp_path):
     assert examples["num_files_found"] == 1797 + 1
     assert examples["num_files_ignored"] == 1
     assert result.tasks["Evaluator"].outputs["evaluation"]["uri"].startswith("gs://bucket/tfx/")
+
+
+def test_tfxs_stock_entry_point_fails_on_what_the_backend_sends(penguin_runs, tmp_path):
+    """Without kubeflow/run_executor.py: the same file with TFX's own entry point as
+    StatisticsGen's command fails at the first hand-off, as tensorflow/tfx#7768 reports on a
+    cluster (upstream tasks cached; only StatisticsGen runs)."""
+    directory = penguin_runs["directory"]
+    with open(directory / "pipeline.yaml") as handle:
+        spec, platform = list(yaml.safe_load_all(handle))
+    container = spec["deploymentSpec"]["executors"]["StatisticsGen_executor"]["container"]
+    assert container["command"] == ["python", "-m", "kubeflow.run_executor"]
+    container["command"] = STOCK_TFX_COMMAND
+    package = tmp_path / "stock.yaml"
+    package.write_text(yaml.safe_dump_all([spec, platform]))
+    with pytest.raises(ir_runner.TaskFailed) as failed:
+        make_runner(directory, str(package), {}).run(until={"StatisticsGen"})
+    message = str(failed.value)
+    assert message.startswith("task StatisticsGen exited 1")
+    assert "AttributeError: 'NoneType' object has no attribute 'get'" in message

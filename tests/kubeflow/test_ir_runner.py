@@ -19,6 +19,7 @@ PRODUCER = """
 import json, os, sys
 executor_input = json.loads(sys.argv[1])
 out = executor_input["outputs"]["artifacts"]["data"]["artifacts"][0]
+os.makedirs(out["uri"])
 with open(os.path.join(out["uri"], "value.txt"), "w") as handle:
     handle.write(executor_input["inputs"]["parameterValues"]["text"])
 with open(executor_input["outputs"]["parameters"]["size"]["outputFile"], "w") as handle:
@@ -31,8 +32,13 @@ import json, os, sys
 executor_input = json.loads(sys.argv[1])
 data = executor_input["inputs"]["artifacts"]["data"]["artifacts"][0]
 assert data["metadata"]["written"] == 1, data
+# What KFP's driver sends: no type, the MLMD id as name, the launcher's custom properties.
+assert data["type"] == {"instanceSchema": ""}, data
+assert data["name"].isdigit() and data["metadata"]["display_name"] == "data", data
+assert json.loads(data["metadata"]["store_session_info"])["Provider"] == "gs", data
 assert sys.argv[2] == data["uri"], sys.argv
 out = executor_input["outputs"]["artifacts"]["copy"]["artifacts"][0]
+os.makedirs(out["uri"])
 with open(os.path.join(data["uri"], "value.txt")) as source:
     text = source.read()
 with open(os.path.join(out["uri"], "value.txt"), "w") as handle:
@@ -230,6 +236,20 @@ def test_failed_task_reports_its_log(tmp_path):
     container["command"] = ["python", "-c", "import sys; print('boom'); sys.exit(3)"]
     with pytest.raises(ir_runner.TaskFailed, match="(?s)a-produce exited 3.*boom"):
         runner(tmp_path, write(tmp_path, spec)).run()
+    # The launcher writes the task's output into its executor-logs artifact.
+    [log] = (tmp_path / "gcs" / "bucket" / "root" / "tiny").glob("*/a-produce/*/executor-logs")
+    assert log.read_text() == "boom\n"
+
+
+def test_metadata_comes_back_as_mlmd_returns_it():
+    """converter.go: numbers and bools as doubles, lists and structs wrapped, null refused."""
+    assert ir_runner.mlmd_round_trip(3) == 3.0 and isinstance(ir_runner.mlmd_round_trip(3), float)
+    assert ir_runner.mlmd_round_trip(True) == 1.0
+    assert ir_runner.mlmd_round_trip("a") == "a"
+    assert ir_runner.mlmd_round_trip([1, "x"]) == {"list": [1, "x"]}
+    assert ir_runner.mlmd_round_trip({"k": 1}) == {"struct": {"k": 1}}
+    with pytest.raises(ir_runner.TaskFailed, match="null"):
+        ir_runner.mlmd_round_trip(None)
 
 
 def test_python_is_this_interpreter(tmp_path):

@@ -1,0 +1,121 @@
+"""The image's executor entry point for TFX components on Kubeflow Pipelines:
+`python -m kubeflow.run_executor` takes exactly the flags of TFX's
+`tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor` (its own parser is used),
+puts back each input artifact's TFX type, then hands over to TFX's entry point.
+
+Why: TFX rebuilds each artifact's class from the type in the ExecutorInput, but KFP does not send
+the type the compiled file declares.
+  - The open-source backend's driver sends `{"instanceSchema": ""}` for every upstream artifact
+    (kubeflow/pipelines 7b70c7b9 backend/src/v2/metadata/client.go:1144 sets Schema "",
+    client.go:256 OutputArtifact.ToRuntimeArtifact makes it the type; driver/resolve.go:793).
+    TFX 1.16 fails on it (kubeflow_v2_entrypoint_utils._retrieve_class_path; tensorflow/tfx#7768).
+  - kfp.local sends `schemaTitle: system.Artifact` (TFX: "Could not import system.Artifact").
+  - The backend's driver also adds a launcher-managed `executor-logs` output of type
+    system.Artifact to every task (driver/driver.go:753, publish_logs defaults to "true"); the
+    launcher writes the task's log into it. TFX's executors do not declare it, and TFX cannot
+    build a `system.Artifact`: it is left out of what TFX sees (the launcher records it itself).
+
+Where the types come from: the compiled file's own `--json_serialized_inputs_spec_args`, the
+component's inputDefinitions that TFX's compiler puts in every container's args (its artifacts
+carry `instanceSchema: "title: tfx.Examples ..."`). A sent type that already names the declared
+TFX type is kept (TFX's own shape); an empty or `system.*` one is replaced by the declaration; a
+different TFX type, or a generic one with no declaration, is an error naming the input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+# The launcher-managed log output (kubeflow/pipelines 7b70c7b9 backend/src/v2/driver/driver.go:753).
+EXECUTOR_LOGS = "executor-logs"
+# Generic types KFP puts in place of the compiled one (kfp.local; the backend's logs output).
+GENERIC_PREFIX = "system."
+
+
+class TypeRestoreError(ValueError):
+    """An input artifact whose TFX type cannot be known."""
+
+
+def type_title(artifact_type: dict[str, Any]) -> str:
+    """The schema title of an ArtifactTypeSchema in JSON form ("" when empty)."""
+    if artifact_type.get("schemaTitle"):
+        return str(artifact_type["schemaTitle"])
+    schema = artifact_type.get("instanceSchema") or ""
+    loaded = yaml.safe_load(schema) if schema.strip() else None
+    if isinstance(loaded, dict):
+        return str(loaded.get("title", ""))
+    return ""
+
+
+def restore_types(
+    executor_input: dict[str, Any], inputs_spec: dict[str, Any] | None, executor_class: str = ""
+) -> dict[str, Any]:
+    """A copy of the ExecutorInput (JSON form) with each input artifact's type the component's
+    declared one and the launcher's executor-logs output left out."""
+    restored = json.loads(json.dumps(executor_input))
+    declared = (inputs_spec or {}).get("artifacts", {})
+    where = f" of {executor_class}" if executor_class else ""
+    for name, listed in restored.get("inputs", {}).get("artifacts", {}).items():
+        declaration = declared.get(name, {}).get("artifactType")
+        want = type_title(declaration) if declaration else ""
+        for artifact in listed.get("artifacts", []):
+            sent = type_title(artifact.get("type") or {})
+            if sent and not sent.startswith(GENERIC_PREFIX) and (not want or sent == want):
+                continue  # TFX's own shape: the sent type is the declared one
+            if not want:
+                raise TypeRestoreError(
+                    f"input artifact {name!r}{where} arrived with type {sent or 'empty'!r} and the"
+                    " component declares none (no --json_serialized_inputs_spec_args entry):"
+                    " recompile the pipeline with kubeflow/run_kubeflow.py compile"
+                )
+            if sent and not sent.startswith(GENERIC_PREFIX):
+                raise TypeRestoreError(
+                    f"input artifact {name!r}{where} arrived as {sent!r}, but the component"
+                    f" declares {want!r}: the pipeline wires the wrong output into it"
+                )
+            artifact["type"] = dict(declaration)
+    outputs = restored.get("outputs", {}).get("artifacts", {})
+    logs = outputs.get(EXECUTOR_LOGS, {}).get("artifacts", [])
+    if logs and all(type_title(a.get("type") or {}).startswith(GENERIC_PREFIX) for a in logs):
+        del outputs[EXECUTOR_LOGS]
+    return restored
+
+
+def parse_flags(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """TFX's own parser: the same flags, the rest are Beam's."""
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+
+    return kubeflow_v2_run_executor._parse_flags(argv)  # noqa: SLF001 (the exact CLI)
+
+
+def main(parsed: tuple[argparse.Namespace, list[str]]) -> None:
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+
+    args, beam_args = parsed
+    inputs_spec = None
+    if getattr(args, "json_serialized_inputs_spec_args", None):
+        inputs_spec = json.loads(args.json_serialized_inputs_spec_args)
+    executor_input = json.loads(args.json_serialized_invocation_args)
+    restored = restore_types(executor_input, inputs_spec, args.executor_class_path)
+    args.json_serialized_invocation_args = json.dumps(restored)
+    kubeflow_v2_run_executor.main((args, beam_args))
+
+
+def run(argv: list[str] | None = None) -> None:
+    """As TFX's `__main__`: absl's app.run with TFX's flag parser."""
+    from absl import app
+
+    try:
+        app.run(main, argv=argv if argv is not None else sys.argv, flags_parser=parse_flags)
+    except TypeRestoreError as error:
+        sys.stderr.write(f"kubeflow.run_executor: {error}\n")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()
