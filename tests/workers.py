@@ -36,6 +36,7 @@ SHARED_FIXTURES = frozenset(
         "image_transform_run",
         "regression_transform_run",
         "compiled_files",  # every Kubeflow variant compiled
+        "image",  # the project's image, built with podman
     }
 )
 CHEAP_FIXTURES = frozenset({"penguins_csv", "penguins_schema_path"})
@@ -55,7 +56,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/components/training/test_real_kube.py",
         "tests/components/training/test_trainjob.py",
     ),
-    "podman": ("tests/kubeflow/test_image_build.py",),
+    "podman": ("tests/kubeflow/test_image_build.py", "tests/kubeflow/test_kfp_local.py"),
     "kubeflow-variants": (
         "tests/kubeflow/test_conformance.py",
         "tests/kubeflow/test_kfp_backend.py",
