@@ -12,6 +12,15 @@ else:
     keras = tf.keras  # tf-keras under TF_USE_LEGACY_KERAS=1 (components.ml.model)
 
 
+def _flat(y_true, y_pred, sample_weight, dtype):
+    """Labels, predictions and weights (1 where none are given) as flat vectors of `dtype`."""
+    y_true = tf.reshape(tf.cast(y_true, dtype), [-1])
+    y_pred = tf.reshape(tf.cast(y_pred, dtype), [-1])
+    if sample_weight is None:
+        return y_true, y_pred, tf.ones_like(y_true)
+    return y_true, y_pred, tf.reshape(tf.cast(sample_weight, dtype), [-1])
+
+
 class MeanSquaredErrorSkill(keras.metrics.Metric):
     """1 - MSE / MSE of predicting the training mean, over labels and predictions z-scored by
     the training label's mean and deviation (so predicting the training mean is predicting 0).
@@ -26,13 +35,7 @@ class MeanSquaredErrorSkill(keras.metrics.Metric):
         self.squared_label = self.add_weight(name="squared_label", initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        y_true = tf.reshape(tf.cast(y_true, self.dtype), [-1])
-        y_pred = tf.reshape(tf.cast(y_pred, self.dtype), [-1])
-        weight = (
-            tf.ones_like(y_true)
-            if sample_weight is None
-            else tf.reshape(tf.cast(sample_weight, self.dtype), [-1])
-        )
+        y_true, y_pred, weight = _flat(y_true, y_pred, sample_weight, self.dtype)
         self.squared_error.assign_add(tf.reduce_sum(weight * tf.square(y_pred - y_true)))
         self.squared_label.assign_add(tf.reduce_sum(weight * tf.square(y_true)))
 
@@ -116,13 +119,7 @@ class _StandardizedAbsoluteError(keras.metrics.Metric):
         self.weight = self.add_weight(name="weight", initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        y_true = tf.reshape(tf.cast(y_true, self.dtype), [-1])
-        y_pred = tf.reshape(tf.cast(y_pred, self.dtype), [-1])
-        weight = (
-            tf.ones_like(y_true)
-            if sample_weight is None
-            else tf.reshape(tf.cast(sample_weight, self.dtype), [-1])
-        )
+        y_true, y_pred, weight = _flat(y_true, y_pred, sample_weight, self.dtype)
         error = tf.abs(y_true) if self._of_mean else tf.abs(y_pred - y_true)
         self.total.assign_add(tf.reduce_sum(weight * error))
         self.weight.assign_add(tf.reduce_sum(weight))

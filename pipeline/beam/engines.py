@@ -380,6 +380,18 @@ def _stop_group(process: subprocess.Popen, grace: float = 20) -> None:
         process.wait()
 
 
+def _pids(processes: dict[str, subprocess.Popen]) -> dict[str, int]:
+    return {name: process.pid for name, process in processes.items()}
+
+
+def _stop_all(processes: dict[str, subprocess.Popen], order: tuple[str, ...]) -> None:
+    """Stops the named processes' groups in `order` (workers before their master)."""
+    for name in order:
+        process = processes.pop(name, None)
+        if process is not None:
+            _stop_group(process)
+
+
 @dataclasses.dataclass
 class FlinkCluster:
     """A JobManager and a TaskManager of a Flink distribution, each a JVM in its own process
@@ -499,13 +511,10 @@ class FlinkCluster:
         return rest_get(self.master, "/jobs/overview")["jobs"]
 
     def pids(self) -> dict[str, int]:
-        return {name: process.pid for name, process in self.processes.items()}
+        return _pids(self.processes)
 
     def stop(self) -> None:
-        for name in ("taskmanager", "jobmanager"):
-            process = self.processes.pop(name, None)
-            if process is not None:
-                _stop_group(process)
+        _stop_all(self.processes, ("taskmanager", "jobmanager"))
 
 
 @dataclasses.dataclass
@@ -639,13 +648,10 @@ class SparkCluster:
         return overview["activeapps"] + overview["completedapps"]
 
     def pids(self) -> dict[str, int]:
-        return {name: process.pid for name, process in self.processes.items()}
+        return _pids(self.processes)
 
     def stop(self) -> None:
-        for name in ("worker", "master"):
-            process = self.processes.pop(name, None)
-            if process is not None:
-                _stop_group(process)
+        _stop_all(self.processes, ("worker", "master"))
 
 
 @dataclasses.dataclass
