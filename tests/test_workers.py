@@ -44,11 +44,16 @@ PODMAN = (
     "import pytest\n\n@pytest.mark.system_packages('podman')\ndef test_{name}_{i}():\n    pass\n"
 )
 FREE = "def test_{name}_{i}(penguins_csv):\n    assert penguins_csv == 'cheap'\n"
+# A module's own fixture of the shared name overrides the session one: not shared, not grouped.
+OVERRIDE = (
+    "import pytest\n\n@pytest.fixture(scope='module')\ndef penguin_runs():\n    return 'own'\n\n"
+    "def test_{name}_{i}(penguin_runs):\n    assert penguin_runs == 'own'\n"
+)
 
 
 def _suite(pytester, groups, extra_conftest: str = "") -> pytest.Pytester:
     pytester.makeconftest(f"GROUPS = {groups!r}\n" + CONFTEST + extra_conftest)
-    files = {"shared_a": SHARED, "shared_b": SHARED, "podman_a": PODMAN}
+    files = {"shared_a": SHARED, "shared_b": SHARED, "podman_a": PODMAN, "own": OVERRIDE}
     files.update({f"free_{k}": FREE for k in "abcdef"})
     for name, body in files.items():
         pytester.makepyfile(
@@ -77,9 +82,9 @@ def _workers(result) -> dict[str, set[str]]:
 def test_a_group_runs_on_one_worker_first_and_the_rest_spreads(pytester, project):
     suite = _suite(pytester, GROUPED)
     result = suite.runpytest("-n", "2", "--dist", "loadscope", "-v", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=27)
+    result.assert_outcomes(passed=30)
     seen = _workers(result)
-    assert len(seen) == 9, result.outlines
+    assert len(seen) == 10, result.outlines
     assert all(len(workers) == 1 for workers in seen.values()), seen
     assert seen["test_shared_a"] == seen["test_shared_b"]
     assert len(set().union(*seen.values())) == 2, seen  # both workers had work

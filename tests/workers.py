@@ -48,7 +48,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/pipeline/beam/test_flink.py",
         "tests/pipeline/beam/test_spark.py",
         "tests/test_e2e_local.py",
-        "tests/kubeflow/test_ir_pipeline.py",
     ),
     "kubernetes": (
         "tests/components/training/test_kubernetes_launchers.py",
@@ -76,6 +75,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 SLOW_FIRST: tuple[str, ...] = (
     "tests/test_e2e_user_code.py",
     "tests/kubeflow/test_ir_user_code.py",
+    "tests/kubeflow/test_ir_pipeline.py",
+    "tests/pipeline/beam/test_portable_runner.py",
     "tests/test_e2e_strategies.py",
     "tests/test_e2e_cache.py",
     "tests/reliability",
@@ -123,9 +124,11 @@ def _session_fixtures(item: pytest.Item) -> set[str]:
     root = item.config.rootpath.resolve()
     found = set()
     for name in info.names_closure:
-        for definition in info.name2fixturedefs.get(name, ()):
-            if definition.scope == "session" and _ours(definition.func, root):
-                found.add(name)
+        definitions = info.name2fixturedefs.get(name, ())
+        # The last definition is the one the test gets (a module's own fixture of the same
+        # name overrides a conftest's).
+        if definitions and definitions[-1].scope == "session" and _ours(definitions[-1].func, root):
+            found.add(name)
     return found
 
 
