@@ -126,13 +126,17 @@ def test_a_digest_given_by_the_runner_is_used_for_a_schema_not_readable_here(tmp
     assert by_node["ImportSchemaGen"]["schema"] == "abc"
 
 
-def test_the_evaluator_of_a_regression_carries_its_metric_module(tmp_path):
+def test_the_evaluator_carries_the_metric_module_tfma_loads(tmp_path):
+    """Both tasks bless on a skill metric TFMA loads from components/ml/metrics.py (the
+    classification skill over the majority-class guess, the regression skill over the mean), so
+    an edit there reruns the Evaluator."""
     penguins = _penguin_fingerprints(tmp_path / "classification")
     regression = _penguin_fingerprints(
         tmp_path / "regression", label_key="body_mass_g", task="regression"
     )
     assert "components/ml/metrics.py" in regression["Evaluator"]["code"]
-    assert "components/ml/metrics.py" not in penguins["Evaluator"]["code"]
+    assert "components/ml/metrics.py" in penguins["Evaluator"]["code"]
+    assert "components/ml/metrics.py" not in penguins["StatisticsGen"]["code"]
 
 
 def test_previous_fingerprints_are_this_pipelines_newest_finished_ones(tmp_path):
