@@ -160,38 +160,60 @@ def flink_home(version: str = FLINK_VERSION) -> str:
     for script in os.listdir(os.path.join(partial, "bin")):
         path = os.path.join(partial, "bin", script)
         os.chmod(path, os.stat(path).st_mode | 0o111)
-    open(os.path.join(partial, ".complete"), "w").close()
-    shutil.rmtree(home, ignore_errors=True)
-    os.rename(partial, home)
+    _publish(partial, home)
     for sdist in (libraries, scripts):  # unpacked: 230 MB less in the cache
         os.remove(sdist)
     return home
 
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+def _pom(name: str, version: str, dependencies: list[tuple[str, str, str]]) -> str:
+    """A Maven project whose only job is to resolve `dependencies` (group, artifact, version)."""
+    listed = "".join(
+        f"""    <dependency>
+      <groupId>{group}</groupId>
+      <artifactId>{artifact}</artifactId>
+      <version>{release}</version>
+    </dependency>
+"""
+        for group, artifact, release in dependencies
+    )
+    return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>tfx-scaleout</groupId>
-  <artifactId>beam-flink-job-server</artifactId>
-  <version>{beam}</version>
+  <artifactId>{name}</artifactId>
+  <version>{version}</version>
   <dependencies>
-    <dependency>
-      <groupId>org.apache.beam</groupId>
-      <artifactId>beam-runners-flink-{flink}</artifactId>
-      <version>{beam}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.beam</groupId>
-      <artifactId>beam-runners-java-job-service</artifactId>
-      <version>{beam}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.slf4j</groupId>
-      <artifactId>slf4j-simple</artifactId>
-      <version>{slf4j}</version>
-    </dependency>
-  </dependencies>
+{listed}  </dependencies>
 </project>
 """
+
+
+def _resolve(pom: str, what: str, step: str) -> str:
+    """A new folder of the cache whose lib/ holds the runtime jars Maven resolves for `pom`."""
+    if not shutil.which("mvn"):
+        raise EngineError(f"Maven (mvn) is needed to resolve {what}")
+    partial = tempfile.mkdtemp(prefix="job-server-", dir=cache_root())
+    with open(os.path.join(partial, "pom.xml"), "w") as handle:
+        handle.write(pom)
+    _run(
+        ["mvn", "-B", "-q", "dependency:copy-dependencies", "-DincludeScope=runtime"]
+        + ["-DoutputDirectory=lib"],
+        step,
+        cwd=partial,
+    )
+    return partial
+
+
+def _publish(partial: str, final: str, launcher: str = "", manifest: bytes = b"") -> None:
+    """Moves a finished folder of the cache into place, writing the launcher jar (a manifest
+    only) first when one is given, or the `.complete` mark of an unpacked engine."""
+    if launcher:
+        with zipfile.ZipFile(os.path.join(partial, os.path.basename(launcher)), "w") as archive:
+            archive.writestr("META-INF/MANIFEST.MF", manifest)
+    else:
+        open(os.path.join(partial, ".complete"), "w").close()
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(partial, final)
 
 
 def _manifest(main_class: str, class_path: list[str], opens: tuple[str, ...] = JAVA_OPENS) -> bytes:
@@ -216,24 +238,20 @@ def flink_job_server_jar(beam: str = BEAM_JOB_SERVER_VERSION, flink: str = FLINK
     launcher = os.path.join(root, f"beam-runners-flink-{flink}-job-server-{beam}.jar")
     if os.path.isfile(launcher):
         return launcher
-    if not shutil.which("mvn"):
-        raise EngineError("Maven (mvn) is needed to resolve Beam's Flink job server")
-    partial = tempfile.mkdtemp(prefix="job-server-", dir=cache_root())
-    with open(os.path.join(partial, "pom.xml"), "w") as handle:
-        handle.write(_POM.format(beam=beam, flink=flink, slf4j=SLF4J_VERSION))
-    _run(
-        ["mvn", "-B", "-q", "dependency:copy-dependencies", "-DincludeScope=runtime"]
-        + ["-DoutputDirectory=lib"],
-        f"mvn resolving beam-runners-flink-{flink}:{beam}",
-        cwd=partial,
+    pom = _pom(
+        "beam-flink-job-server",
+        beam,
+        [
+            ("org.apache.beam", f"beam-runners-flink-{flink}", beam),
+            ("org.apache.beam", "beam-runners-java-job-service", beam),
+            ("org.slf4j", "slf4j-simple", SLF4J_VERSION),
+        ],
+    )
+    partial = _resolve(
+        pom, "Beam's Flink job server", f"mvn resolving beam-runners-flink-{flink}:{beam}"
     )
     jars = sorted(f for f in os.listdir(os.path.join(partial, "lib")) if f.endswith(".jar"))
-    with zipfile.ZipFile(os.path.join(partial, os.path.basename(launcher)), "w") as archive:
-        archive.writestr(
-            "META-INF/MANIFEST.MF", _manifest(JOB_SERVER_MAIN, [f"lib/{j}" for j in jars])
-        )
-    shutil.rmtree(root, ignore_errors=True)
-    os.rename(partial, root)
+    _publish(partial, root, launcher, _manifest(JOB_SERVER_MAIN, [f"lib/{j}" for j in jars]))
     return launcher
 
 
@@ -273,32 +291,9 @@ def spark_home(version: str = SPARK_VERSION) -> str:
     # bin/spark-class takes jars/ from a distribution (one with RELEASE), not a source tree.
     with open(os.path.join(partial, "RELEASE"), "w") as handle:
         handle.write(f"Spark {version} (jars, bin and sbin of pyspark {version} from PyPI)\n")
-    open(os.path.join(partial, ".complete"), "w").close()
-    shutil.rmtree(home, ignore_errors=True)
-    os.rename(partial, home)
+    _publish(partial, home)
     os.remove(sdist)  # unpacked: 317 MB less in the cache
     return home
-
-
-_SPARK_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>tfx-scaleout</groupId>
-  <artifactId>beam-spark-job-server</artifactId>
-  <version>{beam}</version>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.beam</groupId>
-      <artifactId>beam-runners-spark-3</artifactId>
-      <version>{beam}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.beam</groupId>
-      <artifactId>beam-runners-java-job-service</artifactId>
-      <version>{beam}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
 
 
 def spark_job_server_jar(beam: str = BEAM_JOB_SERVER_VERSION, spark: str = SPARK_VERSION) -> str:
@@ -311,17 +306,15 @@ def spark_job_server_jar(beam: str = BEAM_JOB_SERVER_VERSION, spark: str = SPARK
     launcher = os.path.join(root, f"beam-runners-spark-3-job-server-{beam}.jar")
     if os.path.isfile(launcher):
         return launcher
-    if not shutil.which("mvn"):
-        raise EngineError("Maven (mvn) is needed to resolve Beam's Spark job server")
-    partial = tempfile.mkdtemp(prefix="job-server-", dir=cache_root())
-    with open(os.path.join(partial, "pom.xml"), "w") as handle:
-        handle.write(_SPARK_POM.format(beam=beam))
-    _run(
-        ["mvn", "-B", "-q", "dependency:copy-dependencies", "-DincludeScope=runtime"]
-        + ["-DoutputDirectory=lib"],
-        f"mvn resolving beam-runners-spark-3:{beam}",
-        cwd=partial,
+    pom = _pom(
+        "beam-spark-job-server",
+        beam,
+        [
+            ("org.apache.beam", "beam-runners-spark-3", beam),
+            ("org.apache.beam", "beam-runners-java-job-service", beam),
+        ],
     )
+    partial = _resolve(pom, "Beam's Spark job server", f"mvn resolving beam-runners-spark-3:{beam}")
     beam_jars = sorted(
         f"lib/{f}"
         for f in os.listdir(os.path.join(partial, "lib"))
@@ -331,13 +324,8 @@ def spark_job_server_jar(beam: str = BEAM_JOB_SERVER_VERSION, spark: str = SPARK
     spark_jars = sorted(
         f"{relative}/{f}" for f in os.listdir(os.path.join(home, "jars")) if f.endswith(".jar")
     )
-    with zipfile.ZipFile(os.path.join(partial, os.path.basename(launcher)), "w") as archive:
-        archive.writestr(
-            "META-INF/MANIFEST.MF",
-            _manifest(SPARK_JOB_SERVER_MAIN, spark_jars + beam_jars, SPARK_JAVA_OPENS),
-        )
-    shutil.rmtree(root, ignore_errors=True)
-    os.rename(partial, root)
+    manifest = _manifest(SPARK_JOB_SERVER_MAIN, spark_jars + beam_jars, SPARK_JAVA_OPENS)
+    _publish(partial, root, launcher, manifest)
     return launcher
 
 
