@@ -21,6 +21,16 @@ def _flat(y_true, y_pred, sample_weight, dtype):
     return y_true, y_pred, tf.reshape(tf.cast(sample_weight, dtype), [-1])
 
 
+def _classes(y_true, y_pred, sample_weight, dtype):
+    """Class indices as a flat int64 vector, one row of class scores per example, and weights
+    of `dtype` (1 where none are given)."""
+    y_true = tf.reshape(tf.cast(y_true, tf.int64), [-1])
+    scores = tf.reshape(y_pred, [tf.shape(y_true)[0], -1])
+    if sample_weight is None:
+        return y_true, scores, tf.ones_like(y_true, dtype)
+    return y_true, scores, tf.reshape(tf.cast(sample_weight, dtype), [-1])
+
+
 class MeanSquaredErrorSkill(keras.metrics.Metric):
     """1 - MSE / MSE of predicting the training mean, over labels and predictions z-scored by
     the training label's mean and deviation (so predicting the training mean is predicting 0).
@@ -64,13 +74,7 @@ class _MajorityClassCounts(keras.metrics.Metric):
         self.majority = self.add_weight(name="majority", initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        y_true = tf.reshape(tf.cast(y_true, tf.int64), [-1])
-        scores = tf.reshape(y_pred, [tf.shape(y_true)[0], -1])
-        weight = (
-            tf.ones_like(y_true, self.dtype)
-            if sample_weight is None
-            else tf.reshape(tf.cast(sample_weight, self.dtype), [-1])
-        )
+        y_true, scores, weight = _classes(y_true, y_pred, sample_weight, self.dtype)
         answered = tf.argmax(scores, axis=1, output_type=tf.int64)
         self.examples.assign_add(tf.reduce_sum(weight))
         self.correct.assign_add(tf.reduce_sum(weight * tf.cast(answered == y_true, self.dtype)))
@@ -164,13 +168,7 @@ class BalancedAccuracySkill(keras.metrics.Metric):
         self.hits = self.add_weight(name="hits", shape=(MAX_CLASSES,), initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        y_true = tf.reshape(tf.cast(y_true, tf.int64), [-1])
-        scores = tf.reshape(y_pred, [tf.shape(y_true)[0], -1])
-        weight = (
-            tf.ones_like(y_true, self.dtype)
-            if sample_weight is None
-            else tf.reshape(tf.cast(sample_weight, self.dtype), [-1])
-        )
+        y_true, scores, weight = _classes(y_true, y_pred, sample_weight, self.dtype)
         tf.debugging.assert_less(
             y_true, tf.constant(MAX_CLASSES, tf.int64), message="more classes than MAX_CLASSES"
         )
