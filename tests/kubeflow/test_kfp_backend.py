@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import yaml
 
+from tests import session
 from tests.kubeflow import kfp_backend
 from tests.kubeflow.variants import PIPELINE_ROOT
 
@@ -28,18 +28,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def kfp_check(request) -> str:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-
-    def say(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(line)
-
+    say = session.say(request.config)
     try:
         built = kfp_backend.build(say=say)
     except kfp_backend.Unavailable as error:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {error}", pytrace=False)
-        pytest.skip(str(error))
+        session.unavailable(str(error))
     if built.seconds:
         say(f"tests: kfp_check built in {built.seconds:.0f}s")
     return built.binary

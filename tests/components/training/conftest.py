@@ -4,11 +4,11 @@ installed (per session; tests/components/training/real_kube.py)."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
+from tests import session
 from tests.components.training import real_kube
 from tests.components.training.fake_kube import FakeKube
 
@@ -26,12 +26,7 @@ def fake_kube():
 def kube(request, tmp_path_factory):
     """The running control plane, the CRDs established; stopped at the end of the session, also
     when a test or the start failed."""
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-
-    def say(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(line)
-
+    say = session.say(request.config)
     try:
         built = real_kube.build(say=say)
         plane = real_kube.ControlPlane(
@@ -40,9 +35,7 @@ def kube(request, tmp_path_factory):
             controller_manager=built.paths["kube-controller-manager"],
         )
     except real_kube.Unavailable as error:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {error}", pytrace=False)
-        pytest.skip(str(error))
+        session.unavailable(str(error))
     started = time.monotonic()
     plane.start()
     try:
