@@ -431,6 +431,10 @@ class FlinkCluster:
             "rest.bind-address": "127.0.0.1",
             "rest.port": self.rest_port,
             "blob.server.port": free_port(),
+            # The JobManager's and TaskManagers' working files (the blob store holds each job's
+            # jar, 160 MB) under the cluster's own directory, not the JVM's /tmp: a TaskManager
+            # that is killed leaves its directory behind.
+            "io.tmp.dirs": os.path.join(self.work_dir, "tmp"),
             "restart-strategy": "none",
             # Beam's runner classes from the JVM's class path (see job_server_classpath).
             "classloader.resolve-order": "parent-first" if self.classpath else "child-first",
@@ -581,6 +585,7 @@ class SparkCluster:
             SPARK_CONF_DIR=conf,
             SPARK_LOCAL_IP="127.0.0.1",
             SPARK_LOG_DIR=self.log_dir,
+            SPARK_LOCAL_DIRS=os.path.join(self.work_dir, "local"),  # else the JVM's /tmp
             SPARK_NO_DAEMONIZE="1",
         )
 
@@ -659,7 +664,12 @@ class JobServer:
         self.port = self.port or free_port()
         os.makedirs(self.work_dir, exist_ok=True)
         self.log_path = os.path.join(self.work_dir, "job_server.log")
-        command = ["java", "-jar", self.jar, *self.master, "--job-port", str(self.port)]
+        # Java ignores TMPDIR: the Spark driver's block manager and the staged files go under
+        # the job server's own directory.
+        tmp = os.path.join(self.work_dir, "tmp")
+        os.makedirs(tmp, exist_ok=True)
+        command = ["java", f"-Djava.io.tmpdir={tmp}", "-jar", self.jar, *self.master]
+        command += ["--job-port", str(self.port)]
         command += ["--artifact-port", str(free_port()), "--expansion-port", str(free_port())]
         command += ["--artifacts-dir", os.path.join(self.work_dir, "artifacts")]
         with open(self.log_path, "w") as log:
