@@ -1,7 +1,8 @@
 """Image classification end to end, as a user runs it: `python pipeline/run_local.py --dataset
 digits` in a fresh process (scikit-learn's digits written as JPEG files; the session's
 `digits_run`, tests/conftest.py, also the DirectRunner reference of the Flink run), checked
-through ML Metadata, and the pushed model classifying JPEG files read from disk with pipeline.predict."""
+through ML Metadata, and the pushed model classifying JPEG files read from disk with
+pipeline.predict."""
 
 from __future__ import annotations
 

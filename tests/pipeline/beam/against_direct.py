@@ -75,9 +75,7 @@ def split_example_counts(metadata: str) -> dict[str, int]:
     from pipeline.mlmd import records as mlmd_records
 
     db = store(metadata)
-    (execution,) = [
-        e for e in db.store.get_executions() if db.node_of(e).endswith("ExampleGen")
-    ]
+    (execution,) = [e for e in db.store.get_executions() if db.node_of(e).endswith("ExampleGen")]
     (examples,) = db.outputs_by_type(execution.id)["Examples"]
     return json.loads(mlmd_records.custom_value(examples, "split_example_counts"))
 

@@ -25,7 +25,7 @@ import pytest
 from pipeline.beam import engines
 from tests.docs import pages
 from tests.pipeline.beam import against_direct, processes
-from tests.pipeline.beam.flink_page import PAGE_CACHE, explain, replacements
+from tests.pipeline.beam.flink_page import PAGE_CACHE, replacements
 
 pytestmark = [
     pytest.mark.slow,

@@ -131,4 +131,3 @@ def test_model_quality_as_on_the_direct_runner(flink_digits_run, digits_run):
     assert abs(on_flink[name] - on_direct[name]) <= ACCURACY_TOLERANCE, (on_flink, on_direct)
     assert on_flink["example_count"] == on_direct["example_count"]
     assert "blessed:       yes" in flink_digits_run["result"].stdout
-
