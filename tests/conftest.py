@@ -73,6 +73,27 @@ def penguin_runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def digits_run(tmp_path_factory):
+    """images.md's digits command, as the page shows it, in a sandbox, on the DirectRunner: one
+    run per session, shared by tests/test_e2e_images.py and the DirectRunner reference of the
+    digits run on Flink (tests/pipeline/beam/test_flink_digits.py)."""
+    from tests.docs import pages
+
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("digits"))
+    result = sandbox.run(pages.command("docs/images.md", "--dataset digits"))
+    assert result.returncode == 0, pages.explain(result)
+    output_root = sandbox.output_root
+    base = output_root / "digits-pipeline"
+    return {
+        "sandbox": sandbox,
+        "result": result,
+        "data_root": str(output_root / "data" / "digits"),
+        "metadata": str(base / "metadata.sqlite"),
+        "serving": str(base / "serving_model"),
+    }
+
+
+@pytest.fixture(scope="session")
 def penguins_csv() -> str:
     return os.path.join(datasets.penguins_data_root(), "penguins.csv")
 

@@ -1,6 +1,8 @@
 """Image classification end to end, as a user runs it: `python pipeline/run_local.py --dataset
-digits` in a fresh process (scikit-learn's digits written as JPEG files), checked through ML
-Metadata, and the pushed model classifying JPEG files read from disk with pipeline.predict."""
+digits` in a fresh process (scikit-learn's digits written as JPEG files; the session's
+`digits_run`, tests/conftest.py, also the DirectRunner reference of the Flink run), checked
+through ML Metadata, and the pushed model classifying JPEG files read from disk with
+pipeline.predict."""
 
 from __future__ import annotations
 
@@ -23,23 +25,6 @@ from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 COMPONENTS = list(IMAGE_COMPONENTS)
-
-
-@pytest.fixture(scope="module")
-def digits_run(tmp_path_factory):
-    """The README's (and images.md's) digits command, as the page shows it, in a sandbox."""
-    sandbox = pages.Sandbox(tmp_path_factory.mktemp("digits"))
-    result = sandbox.run(pages.command("docs/images.md", "--dataset digits"))
-    assert result.returncode == 0, explain(result)
-    output_root = sandbox.output_root
-    base = output_root / "digits-pipeline"
-    return {
-        "sandbox": sandbox,
-        "result": result,
-        "data_root": str(output_root / "data" / "digits"),
-        "metadata": str(base / "metadata.sqlite"),
-        "serving": str(base / "serving_model"),
-    }
 
 
 def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):

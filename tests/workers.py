@@ -30,6 +30,7 @@ from xdist.scheduler import LoadScopeScheduling
 SHARED_FIXTURES = frozenset(
     {
         "penguin_runs",  # two README runs: test_e2e_local and the Flink reference
+        "digits_run",  # images.md's digits run: test_e2e_images and the Flink digits reference
         "flink",  # a Flink cluster, its worker pool and job server
         "kube",  # kube-apiserver, kube-controller-manager and etcd
         "transform_run",  # tf.Transform analyze+transform runs
@@ -44,9 +45,11 @@ EXCLUSIVE_PACKAGES = frozenset({"podman", "etcd-server", "openjdk-17-jre-headles
 
 # name -> the test files that run together on one worker.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "penguins-flink-spark": (
+    "flink-spark-and-direct-references": (
         "tests/pipeline/beam/test_flink.py",
+        "tests/pipeline/beam/test_flink_digits.py",
         "tests/pipeline/beam/test_spark.py",
+        "tests/test_e2e_images.py",
         "tests/test_e2e_local.py",
     ),
     "kubernetes": (

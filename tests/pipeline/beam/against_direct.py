@@ -1,6 +1,7 @@
 """A cluster run's outputs against the DirectRunner's run of the same data (the session's
-`penguin_runs`): read from each run's MLMD store and artifacts, compared the same way for Flink
-and Spark (tests/pipeline/beam/test_flink.py, test_spark.py)."""
+`penguin_runs` and `digits_run`): read from each run's MLMD store and artifacts, compared the
+same way for Flink and Spark (tests/pipeline/beam/test_flink.py, test_flink_digits.py,
+test_spark.py)."""
 
 from __future__ import annotations
 
@@ -63,18 +64,69 @@ def example_key(serialized: bytes) -> tuple:
     return tuple(key)
 
 
-def assert_same_splits_and_records(metadata: str, direct_metadata: str) -> None:
-    """Every ExampleGen and Transform record of both splits, as a multiset."""
+def split_records(examples_uri: str, split: str) -> list[bytes]:
+    return records(os.path.join(examples_uri, f"Split-{split}", "*.gz"))
+
+
+def split_example_counts(metadata: str) -> dict[str, int]:
+    """The ExampleGen's split_example_counts (MLMD custom property of its Examples)."""
+    import json
+
+    from pipeline.mlmd import records as mlmd_records
+
+    db = store(metadata)
+    (execution,) = [e for e in db.store.get_executions() if db.node_of(e).endswith("ExampleGen")]
+    (examples,) = db.outputs_by_type(execution.id)["Examples"]
+    return json.loads(mlmd_records.custom_value(examples, "split_example_counts"))
+
+
+def assert_same_splits_and_records(
+    metadata: str,
+    direct_metadata: str,
+    components: tuple[tuple[str, str], ...] = (
+        ("CsvExampleGen", "Examples"),
+        ("Transform", "Examples"),
+    ),
+) -> None:
+    """Every record of both splits of each (component, output type), as a multiset."""
     on_cluster, on_direct = outputs(metadata), outputs(direct_metadata)
-    for component, kind in (("CsvExampleGen", "Examples"), ("Transform", "Examples")):
+    for component, kind in components:
         for split in ("train", "eval"):
-            pattern = os.path.join("{}", f"Split-{split}", "*.gz")
-            cluster_records = records(pattern.format(on_cluster[component][kind]))
-            direct_records = records(pattern.format(on_direct[component][kind]))
+            cluster_records = split_records(on_cluster[component][kind], split)
+            direct_records = split_records(on_direct[component][kind], split)
             assert len(cluster_records) == len(direct_records), (component, split)
             assert sorted(map(example_key, cluster_records)) == sorted(
                 map(example_key, direct_records)
             ), (component, split)
+
+
+def vocabularies(transform_graph_uri: str) -> dict[str, list[str]]:
+    """{asset file name: its lines} of a transform graph (the analyzers' vocabularies)."""
+    import tensorflow_transform as tft
+
+    output = tft.TFTransformOutput(transform_graph_uri)
+    assets = os.path.join(transform_graph_uri, "transform_fn", "assets")
+    names = sorted(os.listdir(assets))
+    assert names, assets
+    return {name: list(output.vocabulary_by_name(name)) for name in names}
+
+
+def transformed_records(transform_graph_uri: str, serialized: list[bytes]) -> list[tuple]:
+    """The transform graph applied to serialized tf.Examples (as serving and the Trainer
+    apply it), each output row as a sorted tuple of (feature, value), in input order."""
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    output = tft.TFTransformOutput(transform_graph_uri)
+    feature_spec = output.raw_feature_spec()
+    rows: list[tuple] = []
+    for start in range(0, len(serialized), 256):
+        batch = tf.io.parse_example(tf.constant(serialized[start : start + 256]), feature_spec)
+        transformed = output.transform_raw_features(batch)
+        columns = {name: value.numpy().tolist() for name, value in sorted(transformed.items())}
+        for index in range(len(serialized[start : start + 256])):
+            rows.append(tuple((name, repr(values[index])) for name, values in columns.items()))
+    return rows
 
 
 def statistics(uri: str) -> dict:
@@ -94,6 +146,7 @@ def statistics(uri: str) -> dict:
                 found[(split, name, "non_missing")] = num.common_stats.num_non_missing
             else:
                 found[(split, name, "unique")] = feature.string_stats.unique
+                found[(split, name, "avg_length")] = feature.string_stats.avg_length
                 found[(split, name, "non_missing")] = (
                     feature.string_stats.common_stats.num_non_missing
                 )

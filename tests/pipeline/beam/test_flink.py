@@ -25,6 +25,7 @@ import pytest
 from pipeline.beam import engines
 from tests.docs import pages
 from tests.pipeline.beam import against_direct, processes
+from tests.pipeline.beam.flink_page import PAGE_CACHE, replacements
 
 pytestmark = [
     pytest.mark.slow,
@@ -33,32 +34,9 @@ pytestmark = [
 ]
 
 PAGE = "docs/beam.md"
-# What the page's commands name, replaced by this session's cluster, job server, pool and cache.
-PAGE_MASTER = "127.0.0.1:8081"
-PAGE_JOB_SERVER = "localhost:8099"
-PAGE_POOL = "localhost:50000"
-PAGE_CACHE = "~/.cache/tfx-scaleout/engines"
 BEAM_COMPONENTS = ("CsvExampleGen", "StatisticsGen", "Transform", "Evaluator")
 EXIT_PIPELINE_FAILED = 1
 EXIT_BAD_INPUT = 2
-
-
-def _replace(flink) -> dict[str, str]:
-    return {
-        PAGE_MASTER: flink.cluster.master,
-        PAGE_JOB_SERVER: flink.job_server.endpoint,
-        PAGE_POOL: flink.pool.endpoint,
-        PAGE_CACHE: engines.cache_root(),
-    }
-
-
-def _explain(result, flink) -> str:
-    return (
-        f"exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n"
-        f"{result.stderr[-3000:]}\nworker pool log:\n{flink.pool.log()[-3000:]}\n"
-        f"job server log:\n{flink.job_server.log()[-3000:]}\n"
-        f"Flink logs: {flink.cluster.log_dir}"
-    )
 
 
 def _wait_for_running_job(flink, after_ms: int, timeout: float = 600) -> dict:
@@ -102,11 +80,13 @@ def flink_run(flink, tmp_path_factory):
     Transform, then (a TaskManager started again) the same command once more."""
     command = pages.command(
         PAGE,
-        "--beam_runner flink --beam_job_endpoint localhost:8099 --beam_environment_type EXTERNAL",
+        "run_local.py --beam_runner flink --beam_job_endpoint localhost:8099 "
+        "--beam_environment_type EXTERNAL",
     )
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("flink-run"))
-    replace = {old: new for old, new in _replace(flink).items() if old in command.text}
+    replace = {old: new for old, new in replacements(flink).items() if old in command.text}
     script = sandbox.script(command, replace=replace)
+    started_ms = int(time.time() * 1000)
     started = time.monotonic()
     first = _start(sandbox, script, sandbox.root / "first.stderr")
     second = None
@@ -132,6 +112,7 @@ def flink_run(flink, tmp_path_factory):
         second = _start(sandbox, script, sandbox.root / "second.stderr")
         second_stdout, _ = second.communicate(timeout=1800)
         second_s = time.monotonic() - started
+        ended_ms = int(time.time() * 1000)
     finally:
         for process in (first, second):
             if process is not None:
@@ -157,6 +138,8 @@ def flink_run(flink, tmp_path_factory):
         ),
         "killed_job": job,
         "failed_after_s": failed_after_s,
+        # The jobs of this module's runs (the session's cluster runs other modules' too).
+        "window_ms": (started_ms, ended_ms),
         "metadata": str(base / "metadata.sqlite"),
     }
 
@@ -194,7 +177,8 @@ def test_rerun_reuses_what_finished_and_completes(flink_run):
 def test_every_beam_component_ran_as_a_finished_flink_job(flink, flink_run):
     """Flink's REST API: one FINISHED job inside each Beam component's execution, and the
     killed Transform attempt's job FAILED."""
-    jobs = flink.cluster.jobs()
+    first_ms, last_ms = flink_run["window_ms"]
+    jobs = [j for j in flink.cluster.jobs() if first_ms <= j["start-time"] <= last_ms]
     windows = against_direct.execution_windows(flink_run["metadata"], BEAM_COMPONENTS)
     finished = {}
     for name, executions in windows.items():
@@ -246,7 +230,7 @@ def _flags(flink, **changes: str) -> list[str]:
     """run_local's flags of the page's --flink_master command (Beam starts the job server from
     the jar for each Beam job) for the session's cluster, some of their values changed."""
     words = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081").words()
-    replace = _replace(flink)
+    replace = replacements(flink)
     flags = [
         replace.get(word, word.replace(PAGE_CACHE, engines.cache_root()))
         for word in words[words.index("pipeline/run_local.py") + 1 :]
