@@ -55,7 +55,10 @@ EXECUTOR_COMMAND = ["python", "-m", "kubeflow.run_executor"]
 DATA_ROOT_PARAMETER = "data_root"
 # The ExampleGen driver's task (kubeflow/example_gen_driver.py) and what it hands ExampleGen.
 DRIVER_COMMAND = ["python", "-m", "kubeflow.example_gen_driver"]
-DRIVER_SUFFIX = "-driver"
+# Not "-driver": KFP's Argo compiler names its own driver step of task T "T-driver"
+# (backend/src/v2/compiler/argocompiler/container.go), and KFP's API server refuses a Workflow
+# with two nodes of one name ("duplicated nodeName CsvExampleGen-driver"; kfp_check argo).
+DRIVER_SUFFIX = "-span"
 INPUT_BASE, INPUT_CONFIG = "input_base", "input_config"
 DRIVER_OUTPUTS = {"span": "NUMBER_INTEGER", "input_fingerprint": "STRING", INPUT_CONFIG: "STRING"}
 # What TFX's executors can write artifacts to: TensorFlow 2.16's own file systems.

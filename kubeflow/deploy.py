@@ -43,11 +43,22 @@ class Deployment:
     state: str | None = None
 
 
-def check_package(package_path: str, pipeline_name: str | None) -> str:
-    """The pipeline name to upload under, once the file is known to be a compiled pipeline the
-    open-source backend runs and, with --pipeline_name, one compiled for that pipeline (a
-    version of another pipeline would mix two pipelines' runs and KFP cache, which is scoped by
-    pipeline name). Raises ConfigError naming the flag; nothing is uploaded then."""
+@dataclasses.dataclass(frozen=True)
+class Package:
+    name: str  # the pipeline name to upload under
+    # The file's defaultPipelineRoot. KFP's backend never reads it (kubeflow/pipelines 2.14.3:
+    # the run's root is its runtime_config.pipeline_root, apiserver/template/template.go:169,
+    # else the kfp-launcher ConfigMap's defaultPipelineRoot, else minio://mlpipeline/v2/artifacts,
+    # driver/root_dag.go:93-100), so every run this tool starts sends it.
+    pipeline_root: str | None
+
+
+def check_package(package_path: str, pipeline_name: str | None) -> Package:
+    """The pipeline name to upload under and the root the file was compiled for, once the file
+    is known to be a compiled pipeline the open-source backend runs and, with --pipeline_name,
+    one compiled for that pipeline (a version of another pipeline would mix two pipelines' runs
+    and KFP cache, which is scoped by pipeline name). Raises ConfigError naming the flag;
+    nothing is uploaded then."""
     import yaml
 
     try:
@@ -80,7 +91,7 @@ def check_package(package_path: str, pipeline_name: str | None) -> str:
             f"for pipeline {compiled_name!r}; compile it with --pipeline_name {pipeline_name} "
             "or leave --pipeline_name out"
         )
-    return compiled_name
+    return Package(compiled_name, spec.get("defaultPipelineRoot"))
 
 
 def _api_error(action: str, endpoint: str, error: Exception) -> DeployError:

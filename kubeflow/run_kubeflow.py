@@ -449,7 +449,8 @@ def run_deploy(args: argparse.Namespace, out) -> int:
         raise config_lib.ConfigError(
             f"invalid --package {args.package}: no such file (run `compile` first)"
         )
-    name = deploy.check_package(args.package, args.pipeline_name)
+    package = deploy.check_package(args.package, args.pipeline_name)
+    name = package.name
     if args.run_pipeline_root:
         from kubeflow import compile as compiler
 
@@ -466,7 +467,7 @@ def run_deploy(args: argparse.Namespace, out) -> int:
         experiment=args.experiment,
         run_name=args.run_name or f"{name}-{version}",
         parameters=dict(_pairs(args.param, "--param")),
-        pipeline_root=args.run_pipeline_root,
+        pipeline_root=args.run_pipeline_root or package.pipeline_root,
     )
     out.write(f"run {deployment.run_id} started\n")
     if args.wait:

@@ -426,6 +426,13 @@ class FlinkCluster:
             "taskmanager.memory.network.min": "384mb",
             "taskmanager.memory.network.max": "384mb",
             "taskmanager.network.sort-shuffle.min-buffers": 64,
+            # Beam's data plane to the SDK harness (gRPC over Netty) allocates direct buffers
+            # from the task's off-heap budget, which is 0 by default: 1,000,000 rows through
+            # Transform failed with "OutOfMemoryError: Direct buffer memory" (the direct limit
+            # was network + framework off-heap, 512 MB). Managed memory (Flink's own sorter and
+            # state, 0.4 of the process by default) is little used by Beam's portable stages.
+            "taskmanager.memory.task.off-heap.size": "384mb",
+            "taskmanager.memory.managed.size": "256mb",
             "parallelism.default": self.slots,
             "rest.address": "127.0.0.1",
             "rest.bind-address": "127.0.0.1",

@@ -1,12 +1,19 @@
 """Kubeflow Pipelines' own backend code on the compiled files: a small Go program (kfp_check/,
-pinned to a kubeflow/pipelines commit by its go.mod and go.sum; what it can and cannot use is
-said there) built once per machine and cached under ~/.cache/tfx-scaleout/kfp-check/<hash of
-go.mod, go.sum and the sources>/ ($XDG_CACHE_HOME respected; Go's module and build caches are
-where `go env` says), as tests/components/training/real_kube.py does for kube-apiserver.
+pinned to a kubeflow/pipelines commit by its go.mod and go.sum; what it uses and why is said
+there and in its README) built once per machine and cached under
+~/.cache/tfx-scaleout/kfp-check/<hash of its files>/ ($XDG_CACHE_HOME respected; Go's module and
+build caches are where `go env` says), as tests/components/training/real_kube.py does for
+kube-apiserver. The build first generates KFP's `api` and `kubernetes_platform` Go modules from the
+protos vendored in kfp_check/proto (protoc from grpcio-tools in a venv of its own, protoc-gen-go
+from the module's own google.golang.org/protobuf), in a copy of the module beside the binary.
 
-`hand_off` has the backend hand a producer task's output artifacts to a consumer task through a
-real ML Metadata store served over gRPC by `MlmdServer` (MLMD's own library on SQLite behind
-MLMD's own service definition), and returns the ExecutorInput of each.
+`argo` has the API server parse a compiled file, compile a run of it to an Argo Workflow and
+validate that, then `argo lint` it, and returns the Workflow.
+
+`run_tasks` has KFP's container driver prepare every task of that Workflow in turn (each task's
+outputs published as the launcher publishes them) through a real ML Metadata store served over
+gRPC by `MlmdServer` (MLMD's own library on SQLite behind MLMD's own service definition), and
+returns each task's ExecutorInput and pod spec patch.
 """
 
 from __future__ import annotations
@@ -27,6 +34,22 @@ MODULE = os.path.join(HERE, "kfp_check")
 # The Go module proxy has no checksum-database entry for kubeflow/pipelines pseudo-versions:
 # go.sum (committed) is what pins them; the build is -mod=readonly and never asks sum.golang.org.
 NOSUMDB = "github.com/kubeflow/pipelines"
+# protoc: grpcio-tools' (its libprotoc), in a venv of its own (it needs protobuf >= 6; the lock
+# pins 3.20.3). The generated files equal upstream's at the pinned commit but for protoc's
+# version line (kfp_check/README.md).
+PROTOC_PINS = ["grpcio-tools==1.84.0"]
+PROTOC_VENV = "protoc-venv"
+# What is generated: (proto file, its -I folders, the output folder under gen/).
+GENERATED = [
+    ("pipeline_spec.proto", ["proto/api/v2alpha1", "proto"], "api/v2alpha1/go/pipelinespec"),
+    ("cache_key.proto", ["proto/api/v2alpha1", "proto"], "api/v2alpha1/go/cachekey"),
+    (
+        "kubernetes_executor_config.proto",
+        ["proto/kubernetes_platform/proto", "proto/api/v2alpha1", "proto"],
+        "kubernetes_platform/go/kubernetesplatform",
+    ),
+]
+GO_MODS = {"api": "proto/api.go.mod", "kubernetes_platform": "proto/kubernetes_platform.go.mod"}
 
 
 class Unavailable(RuntimeError):
@@ -45,18 +68,20 @@ def kfp_version(go_mod: str | None = None) -> str:
 
 
 def _sources() -> list[str]:
-    return sorted(
-        os.path.join(MODULE, name)
-        for name in os.listdir(MODULE)
-        if name.endswith(".go") or name in ("go.mod", "go.sum")
-    )
+    """The module's files, relative to it: the Go sources, go.mod, go.sum and proto/."""
+    found = [
+        name for name in os.listdir(MODULE) if name.endswith(".go") or name in ("go.mod", "go.sum")
+    ]
+    for folder, _, names in os.walk(os.path.join(MODULE, "proto")):
+        found += [os.path.relpath(os.path.join(folder, name), MODULE) for name in names]
+    return sorted(found)
 
 
 def cache_dir() -> str:
-    digest = hashlib.sha256()
-    for path in _sources():
-        with open(path, "rb") as handle:
-            digest.update(os.path.basename(path).encode() + b"\0" + handle.read())
+    digest = hashlib.sha256(" ".join([*PROTOC_PINS, *map(repr, GENERATED)]).encode())
+    for name in _sources():
+        with open(os.path.join(MODULE, name), "rb") as handle:
+            digest.update(name.encode() + b"\0" + handle.read())
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(root, "tfx-scaleout", "kfp-check", digest.hexdigest()[:16])
 
@@ -98,21 +123,63 @@ def build(say=lambda line: None) -> Built:
             return Built(binary, 0.0)
         say(f"tests: building kfp_check against kubeflow/pipelines {kfp_version()} (once)")
         started = time.monotonic()
-        partial = binary + ".partial"
         flags = f"{os.environ.get('GOFLAGS', '')} -mod=readonly -modcacherw".strip()
         nosumdb = ",".join(filter(None, [os.environ.get("GONOSUMDB", ""), NOSUMDB]))
-        result = subprocess.run(
-            [go, "build", "-trimpath", "-ldflags=-s -w", "-o", partial, "."],
-            cwd=MODULE,
-            env=dict(os.environ, GOFLAGS=flags, GONOSUMDB=nosumdb),
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-            raise RuntimeError(f"go build of kfp_check failed:\n{tail}")
+        env = dict(os.environ, GOFLAGS=flags, GONOSUMDB=nosumdb)
+        source = _copy_module(os.path.join(folder, "src"))
+        _generate(go, source, env)
+        partial = binary + ".partial"
+        _go_run(go, ["build", "-trimpath", "-ldflags=-s -w", "-o", partial, "."], source, env)
         os.replace(partial, binary)
         return Built(binary, time.monotonic() - started)
+
+
+def _go_run(go: str, args: list[str], cwd: str, env: dict) -> None:
+    result = subprocess.run([go, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+        raise RuntimeError(f"go {args[0]} for kfp_check failed (in {cwd}):\n{tail}")
+
+
+def _copy_module(source: str) -> str:
+    """A fresh copy of kfp_check/ to build in (the generated modules go under its gen/)."""
+    shutil.rmtree(source, ignore_errors=True)
+    for name in _sources():
+        os.makedirs(os.path.dirname(os.path.join(source, name)), exist_ok=True)
+        shutil.copyfile(os.path.join(MODULE, name), os.path.join(source, name))
+    for module, go_mod in GO_MODS.items():
+        os.makedirs(os.path.join(source, "gen", module))
+        shutil.copyfile(os.path.join(source, go_mod), os.path.join(source, "gen", module, "go.mod"))
+    return source
+
+
+def _generate(go: str, source: str, env: dict) -> None:
+    """KFP's api and kubernetes_platform Go code at the pinned commit, from the vendored protos,
+    as upstream generates it (protoc-gen-go, paths=source_relative)."""
+    from tests import own_venv
+
+    python = own_venv.ensure(PROTOC_VENV, PROTOC_PINS)
+    plugin = os.path.join(source, "bin", "protoc-gen-go")
+    # The plugin at the version go.mod requires (google.golang.org/protobuf, pinned by go.sum).
+    _go_run(
+        go, ["build", "-o", plugin, "google.golang.org/protobuf/cmd/protoc-gen-go"], source, env
+    )
+    for proto, includes, out in GENERATED:
+        target = os.path.join(source, "gen", out)
+        os.makedirs(target, exist_ok=True)
+        command = [
+            python,
+            "-m",
+            "grpc_tools.protoc",
+            f"--plugin=protoc-gen-go={plugin}",
+            *(f"-I{include}" for include in includes),
+            "--go_opt=paths=source_relative",
+            f"--go_out={target}",
+            proto,
+        ]
+        result = subprocess.run(command, cwd=source, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"protoc {proto} for kfp_check failed:\n{result.stderr[-3000:]}")
 
 
 class CheckFailed(AssertionError):
@@ -186,14 +253,28 @@ class MlmdServer:
             self.server.stop(grace=None)
 
 
-def hand_off(
-    binary: str, pipeline: str, producer: str, consumer: str, out_dir: str, mlmd: MlmdServer
-) -> dict[str, dict]:
-    """task -> its ExecutorInput (JSON form) as the backend builds it, producer and consumer."""
-    address = f"127.0.0.1:{mlmd.port}"
-    _run(binary, ["hand-off", pipeline, address, out_dir, producer, consumer])
-    out = {}
-    for task in (producer, consumer):
-        with open(os.path.join(out_dir, f"{task}.executor_input.json")) as handle:
-            out[task] = json.load(handle)
+def argo(binary: str, pipeline: str, out_dir: str) -> dict:
+    """The Argo Workflow KFP's API server creates for a run of the compiled file `pipeline`,
+    after its upload parser, argocompiler.Compile, its validation and `argo lint` passed."""
+    import yaml
+
+    path = os.path.join(out_dir, os.path.basename(pipeline).rsplit(".", 1)[0] + ".workflow.yaml")
+    _run(binary, ["argo", pipeline, path])
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def run_tasks(binary: str, pipeline: str, out_dir: str, mlmd: MlmdServer) -> dict[str, dict]:
+    """task -> {"executor_input": ..., "pod_spec_patch": ...} as KFP's container driver builds
+    them for a run of the compiled file, every task in turn, against `mlmd`."""
+    _run(binary, ["run", pipeline, f"127.0.0.1:{mlmd.port}", out_dir])
+    out: dict[str, dict] = {}
+    for name in sorted(os.listdir(out_dir)):
+        for suffix, key in (
+            (".executor_input.json", "executor_input"),
+            (".pod_spec_patch.json", "pod_spec_patch"),
+        ):
+            if name.endswith(suffix):
+                with open(os.path.join(out_dir, name)) as handle:
+                    out.setdefault(name[: -len(suffix)], {})[key] = json.load(handle)
     return out

@@ -44,7 +44,8 @@ from collections.abc import Iterator
 
 KFP_VERSION = "2.15.2"
 DOCKER_VERSION = "7.2.0"
-VENV = os.path.join(os.path.expanduser("~"), ".cache", "tfx-scaleout", "kfp-local-venv")
+VENV_NAME = "kfp-local-venv"  # under ~/.cache/tfx-scaleout (tests/own_venv.py)
+VENV = os.path.join(os.path.expanduser("~"), ".cache", "tfx-scaleout", VENV_NAME)
 PYTHON = os.path.join(VENV, "bin", "python")
 ULIMITS = {"nofile": 20000, "nproc": 4096}
 
@@ -56,31 +57,9 @@ class KfpLocalFailed(RuntimeError):
 # --- the test side (project venv) -------------------------------------------------------------
 def ensure_venv(python: str | None = None) -> str:
     """kfp.local's environment, built from PyPI once and reused while its pins are the same."""
-    marker = os.path.join(VENV, "tfx-scaleout-pins.txt")
-    pins = f"kfp=={KFP_VERSION}\ndocker=={DOCKER_VERSION}\n"
-    if os.path.exists(marker):
-        with open(marker) as handle:
-            if handle.read() == pins:
-                return PYTHON
-    base = python or _python310()
-    subprocess.run([base, "-m", "venv", "--clear", VENV], check=True, capture_output=True)
-    install = subprocess.run(
-        [PYTHON, "-m", "pip", "install", "--quiet", *pins.split()],
-        capture_output=True,
-        text=True,
-    )
-    if install.returncode != 0:
-        raise RuntimeError(
-            f"pip install {pins.split()} into {VENV} failed:\n{install.stderr[-3000:]}"
-        )
-    with open(marker, "w") as handle:
-        handle.write(pins)
-    return PYTHON
+    from tests import own_venv
 
-
-def _python310() -> str:
-    """The interpreter the project's venv was made from (Python 3.10)."""
-    return os.path.join(sys.base_prefix, "bin", "python3")
+    return own_venv.ensure(VENV_NAME, [f"kfp=={KFP_VERSION}", f"docker=={DOCKER_VERSION}"], python)
 
 
 @contextlib.contextmanager

@@ -135,5 +135,7 @@ def test_deploy_refuses_a_run_pipeline_root_the_launcher_cannot_open(penguins_pa
 
 
 def test_matching_pipeline_name_is_accepted(penguins_package):
-    assert deploy.check_package(penguins_package, "penguins-pipeline") == "penguins-pipeline"
-    assert deploy.check_package(penguins_package, None) == "penguins-pipeline"
+    assert deploy.check_package(penguins_package, "penguins-pipeline").name == "penguins-pipeline"
+    assert deploy.check_package(penguins_package, None) == deploy.Package(
+        "penguins-pipeline", "gs://bucket/tfx"
+    )

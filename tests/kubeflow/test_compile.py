@@ -30,7 +30,7 @@ COMPONENTS = (
     "Pusher",
     "BaselineModel",
 )
-DRIVER = "CsvExampleGen-driver"
+DRIVER = "CsvExampleGen-span"
 EXECUTORS = {
     "CsvExampleGen": "components.tfx_components.example_gen.executor.Executor",
     "BaselineModel": "components.tfx_components.baseline_model.executor.Executor",
@@ -313,7 +313,7 @@ def test_digits_compiles_the_image_pipeline_reading_the_folders_in_the_image(dig
     assert spec.pipeline_info.name == "digits-pipeline"
     image_components = {
         "ImageExampleGen",
-        "ImageExampleGen-driver",
+        "ImageExampleGen-span",
         *(set(COMPONENTS) - {"CsvExampleGen"}),
     }
     assert set(spec.root.dag.tasks) == image_components
@@ -332,9 +332,9 @@ def test_digits_compiles_the_image_pipeline_reading_the_folders_in_the_image(dig
     # Cached by the fingerprint of the image files its driver task computes.
     tasks = spec.root.dag.tasks
     assert tasks["ImageExampleGen"].caching_options.enable_cache
-    assert not tasks["ImageExampleGen-driver"].caching_options.enable_cache
+    assert not tasks["ImageExampleGen-span"].caching_options.enable_cache
     fingerprint = tasks["ImageExampleGen"].inputs.parameters["input_fingerprint"]
-    assert fingerprint.task_output_parameter.producer_task == "ImageExampleGen-driver"
+    assert fingerprint.task_output_parameter.producer_task == "ImageExampleGen-span"
     transform = json.loads(_task_parameter(spec, "Transform", "custom_config"))
     # Images stream one file per Beam bundle (flat memory) unless --transform_shards is set.
     assert (transform["image_size"], transform["num_output_shards"]) == (32, 0)

@@ -150,6 +150,7 @@ def package(tmp_path):
     path.write_text(
         "pipelineInfo:\n  name: penguins-pipeline\nroot: {}\nschemaVersion: 2.1.0\n"
         "sdkVersion: tfx-1.16.0\ndeploymentSpec: {}\ncomponents: {}\n"
+        "defaultPipelineRoot: gs://bucket/tfx\n"
     )
     return str(path)
 
@@ -211,6 +212,15 @@ def test_existing_experiment_is_reused(kfp_server, package):
     assert _deploy(endpoint, package, "--run", "--experiment=penguins") == 0
     assert fake.runs["run-1"]["experiment_id"] == "experiment-7"
     assert ("POST", f"{API}/experiments") not in [(r["method"], r["path"]) for r in fake.requests]
+
+
+def test_a_run_is_started_with_the_root_the_file_was_compiled_for(kfp_server, package):
+    """KFP's backend ignores the file's defaultPipelineRoot (kubeflow/pipelines 2.14.3: no Go code
+    reads it; the run's runtime_config.pipeline_root, else the kfp-launcher ConfigMap's, else
+    minio://mlpipeline/v2/artifacts, which TFX cannot write): the run request carries it."""
+    fake, endpoint = kfp_server
+    assert _deploy(endpoint, package, "--run") == 0
+    assert fake.runs["run-1"]["runtime_config"]["pipeline_root"] == "gs://bucket/tfx"
 
 
 def test_failed_run_names_the_failed_task(kfp_server, package, capsys):

@@ -36,7 +36,7 @@ IR_IMAGE = "registry.example.com/tfx-scaleout@sha256:" + "1" * 64
 IR_GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64
 UID = 1000
 UP_TO_TRANSFORM = {
-    "CsvExampleGen-driver",
+    "CsvExampleGen-span",
     "CsvExampleGen",
     "ImportSchemaGen",
     "StatisticsGen",

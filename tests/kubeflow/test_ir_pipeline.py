@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 IMAGE = "registry.example.com/tfx-scaleout@sha256:" + "1" * 64
 GPU_IMAGE = "registry.example.com/tfx-scaleout-gpu@sha256:" + "2" * 64
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DRIVER = "CsvExampleGen-driver"
+DRIVER = "CsvExampleGen-span"
 COMPONENTS = set(CSV_COMPONENTS)
 STOCK_TFX_COMMAND = [
     "python",
@@ -167,7 +167,7 @@ def test_digits_end_to_end_through_the_ir(tmp_path):
     assert data_root == IMAGE_DIGITS_DIR
     result = make_runner(tmp_path, package, {IMAGE_DIGITS_DIR: digits}).run()
     assert set(result.states().values()) == {"EXECUTED"}
-    assert "ImageExampleGen-driver" in result.tasks
+    assert "ImageExampleGen-span" in result.tasks
     examples = result.tasks["ImageExampleGen"].outputs["examples"]["metadata"]
     # 1,797 images and the folder's completion marker (directly under the root: ignored).
     assert examples["num_files_found"] == 1797 + 1
