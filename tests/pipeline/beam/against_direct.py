@@ -169,3 +169,23 @@ def metrics(metadata: str) -> dict:
     from pipeline.mlmd import evaluation
 
     return evaluation.overall_metrics(outputs(metadata)["Evaluator"]["ModelEvaluation"])
+
+
+ACCURACY = "sparse_categorical_accuracy"
+ACCURACY_TOLERANCE = 0.03  # training on a cluster is not bitwise the DirectRunner's
+
+
+def same_model_quality(engine: str, on_cluster_metadata: str, direct_metadata: str) -> dict:
+    """The Evaluator's figures on the cluster's run against the DirectRunner's: accuracy at
+    least 0.9 and within ACCURACY_TOLERANCE of the DirectRunner's, the same eval examples.
+    Returns the cluster run's metrics."""
+    on_cluster = metrics(on_cluster_metadata)
+    on_direct = metrics(direct_metadata)
+    print(f"accuracy: {engine} {on_cluster[ACCURACY]:.4f}, DirectRunner {on_direct[ACCURACY]:.4f}")
+    assert on_cluster[ACCURACY] >= 0.9, on_cluster
+    assert abs(on_cluster[ACCURACY] - on_direct[ACCURACY]) <= ACCURACY_TOLERANCE, (
+        on_cluster,
+        on_direct,
+    )
+    assert on_cluster["example_count"] == on_direct["example_count"]
+    return on_cluster

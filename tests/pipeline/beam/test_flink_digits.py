@@ -24,8 +24,6 @@ pytestmark = [
 PAGE = "docs/beam.md"
 DIGITS_COMMAND = "run_local.py --dataset digits --beam_runner flink --beam_job_endpoint"
 BEAM_COMPONENTS = ("ImageExampleGen", "StatisticsGen", "Transform", "Evaluator")
-# The penguin Flink test's tolerance (test_flink.test_model_quality_as_on_the_direct_runner).
-ACCURACY_TOLERANCE = 0.03
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +121,7 @@ def test_same_transformed_records_as_the_direct_runner(flink_digits_run, digits_
 
 
 def test_model_quality_as_on_the_direct_runner(flink_digits_run, digits_run):
-    on_flink = against_direct.metrics(flink_digits_run["metadata"])
-    on_direct = against_direct.metrics(digits_run["metadata"])
-    name = "sparse_categorical_accuracy"
-    print(f"digits accuracy: Flink {on_flink[name]:.4f}, DirectRunner {on_direct[name]:.4f}")
-    assert on_flink[name] >= 0.9
-    assert abs(on_flink[name] - on_direct[name]) <= ACCURACY_TOLERANCE, (on_flink, on_direct)
-    assert on_flink["example_count"] == on_direct["example_count"]
+    against_direct.same_model_quality(
+        "Flink (digits)", flink_digits_run["metadata"], digits_run["metadata"]
+    )
     assert "blessed:       yes" in flink_digits_run["result"].stdout
