@@ -14,6 +14,7 @@ them, not at import time: the version check itself reads package metadata only.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
@@ -26,6 +27,8 @@ WRITTEN_FOR = {
     "tfx-bsl": "1.16.1",
     "tensorflow-transform": "1.16.0",
     "apache-beam": "2.59.0",
+    "tensorflow-model-analysis": "0.47.1",
+    "tensorflow": "2.16.2",
 }
 
 
@@ -120,6 +123,46 @@ class TransformGraph:
 
     def __call__(self, raw_features):
         return self._loader.apply_transform_model(raw_features)
+
+
+# --- TFMA's Keras metrics -------------------------------------------------------------------
+# TFMA updates its Keras metrics (accuracy, crossentropy, ...) eagerly, a batch at a time
+# (tf_metric_wrapper._CompilableMetricsCombiner._process_batch; result() in extract_output).
+# tf-keras wraps every metric's update_state and result in tf_convert with the caller's AutoGraph
+# status, which outside any tf.function is "unspecified": AutoGraph source-converts them and
+# every function they call, then runs
+# the converted code eagerly, which computes what the plain code computes (AutoGraph only
+# matters while tracing a graph). About 2 s of the penguins' Evaluator.
+
+
+@contextlib.contextmanager
+def tfma_keras_metrics_without_autograph() -> Iterator[None]:
+    """While in the block, TFMA's eager metric updates and results run their Python code
+    unconverted (in this process: a runner's separate SDK worker processes convert as before)."""
+    from tensorflow.python.autograph.core import ag_ctx
+    from tensorflow_model_analysis.metrics import tf_metric_wrapper
+
+    combiner = tf_metric_wrapper._CompilableMetricsCombiner  # noqa: SLF001
+
+    def unconverted_when_eager(method):
+        @functools.wraps(method)
+        def eager_method(self, accumulator):
+            import tensorflow as tf
+
+            if not tf.executing_eagerly():
+                return method(self, accumulator)
+            with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.DISABLED):
+                return method(self, accumulator)
+
+        return eager_method
+
+    # _process_batch: update_state per metric; extract_output: the last batch, then result().
+    with contextlib.ExitStack() as stack:
+        for name in ("_process_batch", "extract_output"):
+            stack.enter_context(
+                mock.patch.object(combiner, name, unconverted_when_eager(getattr(combiner, name)))
+            )
+        yield
 
 
 # --- Beam dependencies of TFX's Beam executors ----------------------------------------------
