@@ -14,6 +14,7 @@ them, not at import time: the version check itself reads package metadata only.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
@@ -26,6 +27,8 @@ WRITTEN_FOR = {
     "tfx-bsl": "1.16.1",
     "tensorflow-transform": "1.16.0",
     "apache-beam": "2.59.0",
+    "tensorflow-model-analysis": "0.47.1",
+    "tensorflow": "2.16.2",
 }
 
 
@@ -96,6 +99,70 @@ def tfexample_record_parts(tfxio) -> tuple[Any, Any]:
 def tfexample_record_decoding_schema(tfxio):
     """The schema a tfx_bsl TFExampleRecord decodes with (its projection applied)."""
     return tfxio._GetSchemaForDecoding()  # noqa: SLF001
+
+
+# --- The transform graph inside the serving SavedModel ---------------------------------------
+# tft's public TransformFeaturesLayer is a tf_keras.Model: attached to a saved object, it is also
+# serialized as a Keras model, and tf.saved_model.save traces its call again under AutoGraph for
+# a Keras save signature (about 5 s of a 5.5 s export on the penguins). The layer's call is its
+# SavedModelLoader's apply_transform_model; the loader's attributes (the loaded transform
+# SavedModel: tables, assets) are what the layer tracks so that they are saved.
+
+
+class TransformGraph:
+    """The transform graph as a function of raw features, and the objects a SavedModel that
+    calls it must track (assign `trackable` to an attribute of the saved object)."""
+
+    def __init__(self, transform_savedmodel_dir: str):
+        from tensorflow_transform.saved import saved_transform_io_v2
+
+        self._loader = saved_transform_io_v2.SavedModelLoader(transform_savedmodel_dir)
+        # tft's TransformFeaturesLayer tracks the same dict (output_wrapper.py, __init__): its
+        # values include what apply_transform_model creates on first use.
+        self.trackable = self._loader.__dict__
+
+    def __call__(self, raw_features):
+        return self._loader.apply_transform_model(raw_features)
+
+
+# --- TFMA's Keras metrics -------------------------------------------------------------------
+# TFMA updates its Keras metrics (accuracy, crossentropy, ...) eagerly, a batch at a time
+# (tf_metric_wrapper._CompilableMetricsCombiner._process_batch; result() in extract_output).
+# tf-keras wraps every metric's update_state and result in tf_convert with the caller's AutoGraph
+# status, which outside any tf.function is "unspecified": AutoGraph source-converts them and
+# every function they call, then runs
+# the converted code eagerly, which computes what the plain code computes (AutoGraph only
+# matters while tracing a graph). About 2 s of the penguins' Evaluator.
+
+
+@contextlib.contextmanager
+def tfma_keras_metrics_without_autograph() -> Iterator[None]:
+    """While in the block, TFMA's eager metric updates and results run their Python code
+    unconverted (in this process: a runner's separate SDK worker processes convert as before)."""
+    from tensorflow.python.autograph.core import ag_ctx
+    from tensorflow_model_analysis.metrics import tf_metric_wrapper
+
+    combiner = tf_metric_wrapper._CompilableMetricsCombiner  # noqa: SLF001
+
+    def unconverted_when_eager(method):
+        @functools.wraps(method)
+        def eager_method(self, accumulator):
+            import tensorflow as tf
+
+            if not tf.executing_eagerly():
+                return method(self, accumulator)
+            with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.DISABLED):
+                return method(self, accumulator)
+
+        return eager_method
+
+    # _process_batch: update_state per metric; extract_output: the last batch, then result().
+    with contextlib.ExitStack() as stack:
+        for name in ("_process_batch", "extract_output"):
+            stack.enter_context(
+                mock.patch.object(combiner, name, unconverted_when_eager(getattr(combiner, name)))
+            )
+        yield
 
 
 # --- Beam dependencies of TFX's Beam executors ----------------------------------------------

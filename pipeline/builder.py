@@ -45,6 +45,11 @@ from components.user_code import USER_MODULE_KEY
 from pipeline import fingerprints, user_code
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
+# The serving model is a plain SavedModel (signatures over tf.Examples, components.ml.export),
+# not a Keras one. Said in the EvalConfig, TFMA does not find it out by loading the model with
+# tf.keras.models.load_model first (a whole load of the candidate, and of the baseline, before
+# the evaluation loads them again).
+GENERIC_SAVED_MODEL = tfma.TF_GENERIC
 PREPROCESSING_FN = "components.ml.preprocessing.preprocessing_fn"
 IMAGE_PREPROCESSING_FN = "components.ml.image_preprocessing.preprocessing_fn"
 # Rows per tf.Transform batch for images: encoded bytes (tens of KB each), not decoded pixels, so
@@ -89,6 +94,7 @@ def regression_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
         model_specs=[
             tfma.ModelSpec(
                 signature_name=features.SERVING_SIGNATURE,
+                model_type=GENERIC_SAVED_MODEL,
                 label_keys={units: label, normalized: features.transformed_name(label)},
                 prediction_keys={units: units, normalized: normalized},
                 preprocessing_function_names=[features.TRANSFORM_SIGNATURE],
@@ -165,6 +171,7 @@ def user_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
         model_specs=[
             tfma.ModelSpec(
                 signature_name=features.SERVING_SIGNATURE,
+                model_type=GENERIC_SAVED_MODEL,
                 label_key=label,
                 preprocessing_function_names=[features.TRANSFORM_SIGNATURE],
             )
@@ -243,6 +250,7 @@ def classification_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
         model_specs=[
             tfma.ModelSpec(
                 signature_name=features.SERVING_SIGNATURE,
+                model_type=GENERIC_SAVED_MODEL,
                 # The label as Transform encodes it, from the model's transform signature.
                 label_key=features.transformed_name(config.dataset.label_key),
                 preprocessing_function_names=[features.TRANSFORM_SIGNATURE],

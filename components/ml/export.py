@@ -9,6 +9,7 @@ import os
 
 import tensorflow as tf
 
+from components import compat
 from components.ml import features, image_preprocessing
 from components.ml.model import class_names, is_regression
 
@@ -24,13 +25,16 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     (in the label's units) and prediction_xf (z-scored as the training label was);
     transform_features -> the transformed features, label included (TFMA reads it from there).
 
-    The Keras model is captured by the signature functions, not attached to the saved object:
-    attached, tf.saved_model.save also serializes it as a Keras object by retracing every
-    layer, which took 6x longer than the export itself. Only its variables are tracked.
+    Neither the Keras model nor tft's TransformFeaturesLayer (a Keras model too) is attached to
+    the saved object: attached, tf.saved_model.save also serializes each as a Keras object by
+    retracing it under AutoGraph, which took longer than the export itself. The signature
+    functions capture them; only the model's variables and the transform graph's objects
+    (tables, assets) are tracked, and the signatures compute the same outputs.
     """
     module = tf.Module()
     module.model_variables = list(model.variables)
-    module.tft_layer = tf_transform_output.transform_features_layer()
+    transform_graph = compat.TransformGraph(tf_transform_output.transform_savedmodel_dir)
+    module.transform_graph = transform_graph.trackable
     raw_feature_spec = tf_transform_output.raw_feature_spec()
     serving_feature_spec = {k: v for k, v in raw_feature_spec.items() if k != label_key}
     image_size = image_preprocessing.image_size_of(tf_transform_output)
@@ -44,7 +48,7 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     def transformed_features(raw_features):
         """The transform graph, then (images) the decode -> resize -> normalize the trainer's
         input pipeline applies: one path from raw features to the model's inputs."""
-        transformed = module.tft_layer(raw_features)
+        transformed = transform_graph(raw_features)
         if image_size is not None:
             transformed = image_preprocessing.decode_transformed(transformed, image_size)
         return transformed

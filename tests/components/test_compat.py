@@ -4,6 +4,7 @@ the patches themselves."""
 from __future__ import annotations
 
 from importlib import metadata
+from unittest import mock
 
 import pytest
 
@@ -68,3 +69,52 @@ def test_tfx_packages_itself_only_for_runners_off_this_machine(monkeypatch):
     assert built == [flink]
     # Outside the context TFX's own behaviour is back.
     assert dependency_utils.make_beam_dependency_flags(direct)[-1].startswith("--extra_package")
+
+
+def _keras_metric_values(examples) -> dict:
+    """TFMA's combiner for two Keras metrics, fed the examples eagerly as TFMA's Beam stage does."""
+    import tf_keras
+    from tensorflow_model_analysis.metrics import metric_util, tf_metric_wrapper
+
+    computation = tf_metric_wrapper.tf_metric_computations(
+        [
+            tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+            tf_keras.metrics.SparseCategoricalCrossentropy(name="crossentropy"),
+        ]
+    )[0]
+    combiner = computation.combiner
+    combiner.setup()
+    accumulator = combiner.create_accumulator()
+    for example in examples:
+        accumulator = combiner.add_input(
+            accumulator, metric_util.to_standard_metric_inputs(example)
+        )
+    accumulator = combiner.compact(accumulator)
+    return {key.name: float(value) for key, value in combiner.extract_output(accumulator).items()}
+
+
+def test_tfma_keras_metrics_without_autograph_compute_the_same_values():
+    from tensorflow.python.autograph.impl import api as autograph_api
+    from tensorflow_model_analysis.metrics import tf_metric_wrapper
+
+    examples = [
+        {"labels": [label], "predictions": probabilities, "example_weights": [1.0]}
+        for label, probabilities in [
+            (0, [0.7, 0.2, 0.1]),
+            (1, [0.1, 0.8, 0.1]),
+            (2, [0.5, 0.3, 0.2]),
+            (2, [0.0, 0.1, 0.9]),
+        ]
+    ]
+    converted = autograph_api.converted_call
+    with mock.patch.object(autograph_api, "converted_call", side_effect=converted) as spy:
+        with_autograph = _keras_metric_values(examples)
+        assert spy.call_count > 0  # tf-keras converts update_state, even in eager code
+        spy.reset_mock()
+        stock_process_batch = tf_metric_wrapper._CompilableMetricsCombiner._process_batch
+        with compat.tfma_keras_metrics_without_autograph():
+            without_autograph = _keras_metric_values(examples)
+        assert spy.call_count == 0
+    assert tf_metric_wrapper._CompilableMetricsCombiner._process_batch is stock_process_batch
+    assert without_autograph == with_autograph
+    assert without_autograph["accuracy"] == 0.75

@@ -4,8 +4,9 @@ BaselineModel always produces its artifact (a KFP task cannot leave an output ou
 run it holds no model. TFX's Evaluator would fail to load it, so the empty artifact is removed
 from the inputs and the run is evaluated as TFX evaluates one without a baseline (the value
 threshold only). A staged user module (custom metrics named by the user's EvalConfig) is made
-importable first, here and in the Beam SDK workers (components.user_code). Everything else is
-TFX's executor, through super().
+importable first, here and in the Beam SDK workers (components.user_code), and TFMA's eager
+Keras metric updates skip AutoGraph (components.compat). Everything else is TFX's executor,
+through super().
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from tfx.components.evaluator import executor as tfx_executor
 from tfx.types import standard_component_specs
 from tfx.utils import path_utils
 
-from components import user_code
+from components import compat, user_code
 from components.tfx_components import baseline
 
 BASELINE_MODEL_KEY = standard_component_specs.BASELINE_MODEL_KEY
@@ -36,4 +37,6 @@ class Executor(tfx_executor.Executor):
         present = present_baselines(list(inputs.pop(BASELINE_MODEL_KEY, None) or []))
         if present:
             inputs[BASELINE_MODEL_KEY] = present
-        return super().Do(inputs, output_dict, exec_properties)
+        # Keras metrics updated eagerly without AutoGraph's source conversion (compat says why).
+        with compat.tfma_keras_metrics_without_autograph():
+            return super().Do(inputs, output_dict, exec_properties)

@@ -73,6 +73,20 @@ def test_model_trains_under_a_strategy_and_serves_raw_examples(transform_run, tm
     labels = transformed[features.transformed_name("species")].numpy()
     assert [vocabulary[i] for i in labels] == [row["species"][0].decode() for row in raw]
 
+    # The export applies the transform graph without tft's Keras layer (which would be saved as
+    # a Keras object); it computes what the layer computes, and the model's own outputs.
+    parsed = tf.io.parse_example(
+        tf.constant([serialize(row) for row in raw]), output.raw_feature_spec()
+    )
+    expected = output.transform_features_layer()(parsed)
+    assert sorted(transformed) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(transformed[name].numpy(), value.numpy())
+    model_probabilities = keras_model(
+        {name: expected[name] for name in keras_model.input_names}, training=False
+    ).numpy()
+    np.testing.assert_allclose(probabilities, model_probabilities, rtol=1e-6, atol=1e-7)
+
 
 def test_mixed_precision_and_xla_train(transform_run):
     """The GPU options: a mixed-precision policy (bfloat16 runs on CPU too) and an XLA-compiled
