@@ -22,8 +22,6 @@ import functools
 import json
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import common
 
 # (module, attribute path, phase label): the functions timed. Attribute paths name a function or
 # a method of a class in that module.
@@ -223,11 +221,7 @@ def timed_phases(timers: Timers) -> Iterator[None]:
 
 def _child(output_root: str, result_path: str, run_args: list[str]) -> None:
     """One timed run in this (fresh) process; writes the tallies as JSON."""
-    from components import KERAS_ENV
-
-    os.environ.update(KERAS_ENV)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, os.path.join(PROJECT_ROOT, "pipeline"))
+    sys.path.insert(0, os.path.join(common.PROJECT_ROOT, "pipeline"))
     timers = Timers()
     started = time.perf_counter()
     import run_local  # pipeline/run_local.py, as `python pipeline/run_local.py` imports it
@@ -282,19 +276,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     work = args.output_root or tempfile.mkdtemp(prefix="fixed-cost-")
     for round_index in range(args.repeat):
-        output_root = os.path.join(work, f"round-{round_index}")
-        shutil.rmtree(output_root, ignore_errors=True)
+        output_root = common.fresh_output(os.path.join(work, f"round-{round_index}"))
         result_path = os.path.join(work, f"round-{round_index}.json")
         load_before = _load_average()
-        started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "benchmarks.fixed_cost", "--child", output_root, result_path]
+        # A fresh process with the Keras environment the pipeline's own runs get.
+        wall = common.run_measured(
+            [common.PYTHON, "-m", "benchmarks.fixed_cost", "--child", output_root, result_path]
             + ["--run_local_args", args.run_local_args],
-            cwd=PROJECT_ROOT,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        wall = time.perf_counter() - started
+            env=common.child_env(),
+        ).seconds
         with open(result_path) as handle:
             result = json.load(handle)
         print(f"round {round_index + 1}/{args.repeat}:")
