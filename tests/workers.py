@@ -37,6 +37,7 @@ SHARED_FIXTURES = frozenset(
         "image_transform_run",
         "regression_transform_run",
         "compiled_files",  # every Kubeflow variant compiled
+        "compiled",  # the documents of those files (the same files' users)
         "image",  # the project's image, built with podman
     }
 )

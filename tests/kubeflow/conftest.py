@@ -1,6 +1,7 @@
 """Fixtures of the Kubeflow tests, built once per session:
-- every variant the conformance checks cover, compiled (tests/kubeflow/test_conformance.py reads
-  them; tests/kubeflow/test_kfp_backend.py hands the same files to KFP's own backend code);
+- every variant the conformance checks cover, compiled, and the documents of each compiled file
+  (tests/kubeflow/test_conformance.py reads them; tests/kubeflow/test_kfp_backend.py hands the
+  same files to KFP's own backend code);
 - the project's image (kubeflow/local_base.sh, then kubeflow/build_images.sh with podman) for
   every test that runs containers of it (test_image_build.py, test_kfp_local.py)."""
 
@@ -11,6 +12,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 
 from kubeflow import run_kubeflow
 from pipeline import datasets
@@ -83,4 +85,16 @@ def compiled_files(tmp_path_factory) -> dict[str, str]:
         assert run_kubeflow.main(argv) == 0, name
         assert os.path.exists(output), name
         out[name] = str(output)
+    return out
+
+
+@pytest.fixture(scope="session")
+def compiled(compiled_files) -> dict[str, tuple[dict, dict | None]]:
+    """variant -> (PipelineSpec, PlatformSpec or None), the documents of its compiled file."""
+    out = {}
+    for name, path in compiled_files.items():
+        with open(path) as handle:
+            documents = list(yaml.safe_load_all(handle))
+        assert len(documents) <= 2
+        out[name] = (documents[0], documents[1] if len(documents) > 1 else None)
     return out

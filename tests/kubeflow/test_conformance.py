@@ -11,7 +11,6 @@ import os
 import re
 
 import pytest
-import yaml
 from google.protobuf import (
     descriptor_pb2,
     descriptor_pool,
@@ -47,18 +46,6 @@ def kubernetes_executor_config_class():
         pool.Add(file_proto)
         descriptor = pool.FindMessageTypeByName(name)
     return message_factory.MessageFactory(pool).GetPrototype(descriptor)
-
-
-@pytest.fixture(scope="module")
-def compiled(compiled_files) -> dict[str, tuple[dict, dict | None]]:
-    """variant -> (PipelineSpec, PlatformSpec or None), from the session's compiled files."""
-    out = {}
-    for name, path in compiled_files.items():
-        with open(path) as handle:
-            documents = list(yaml.safe_load_all(handle))
-        assert len(documents) <= 2
-        out[name] = (documents[0], documents[1] if len(documents) > 1 else None)
-    return out
 
 
 def _variants():

@@ -16,7 +16,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from tests import session
 from tests.kubeflow import kfp_backend
@@ -44,21 +43,6 @@ def kfp_check(request) -> str:
     if built.seconds:
         say(f"tests: kfp_check built in {built.seconds:.0f}s")
     return built.binary
-
-
-@pytest.fixture(scope="module")
-def compiled(compiled_files) -> dict[str, tuple[dict, dict]]:
-    """variant -> (pipeline spec, its kubernetes PlatformSpec's executors)."""
-    out = {}
-    for name, path in compiled_files.items():
-        with open(path) as handle:
-            documents = list(yaml.safe_load_all(handle))
-        platform = documents[1] if len(documents) > 1 else {}
-        executors = (
-            platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {})
-        ).get("executors", {})
-        out[name] = (documents[0], executors)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +78,15 @@ def handed_off(driven) -> dict[str, dict]:
     return {task: out["executor_input"] for task, out in driven["penguins"].items()}
 
 
-def _container(spec: dict, task: str) -> dict:
+def _executor_label(spec: dict, task: str) -> str:
     component = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]
-    return spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+    return component["executorLabel"]
+
+
+def _platform_executors(platform: dict | None) -> dict:
+    """executor label -> its KubernetesExecutorConfig (JSON form) in the file's PlatformSpec."""
+    kubernetes = (platform or {}).get("platforms", {}).get("kubernetes", {})
+    return kubernetes.get("deploymentSpec", {}).get("executors", {})
 
 
 def _command(patch: dict, executor_input: dict) -> list[str]:
@@ -151,11 +141,13 @@ def test_kfp_s_driver_gives_each_pod_the_compiled_container_and_platform_setting
     driven, compiled, variant
 ):
     spec, platform = compiled[variant]
+    executors = _platform_executors(platform)
     assert set(driven[variant]) == set(spec["root"]["dag"]["tasks"])
     for task, out in driven[variant].items():
         patch = out["pod_spec_patch"]
         [container] = patch["containers"]
-        compiled_container = _container(spec, task)
+        label = _executor_label(spec, task)
+        compiled_container = spec["deploymentSpec"]["executors"][label]["container"]
         assert container["image"] == compiled_container["image"], task
         assert container["command"][0] == LAUNCHER and container["command"][-1] == "--", task
         assert container["args"] == compiled_container["command"] + compiled_container["args"]
@@ -165,10 +157,7 @@ def test_kfp_s_driver_gives_each_pod_the_compiled_container_and_platform_setting
         assert limits["memory"] == f"{wanted['memoryLimit']:g}G", task
         accelerator = wanted.get("accelerator")
         assert limits.get("nvidia.com/gpu") == (accelerator or {}).get("count"), task
-        label = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]][
-            "executorLabel"
-        ]
-        settings = platform.get(label, {})
+        settings = executors.get(label, {})
         assert patch.get("tolerations", []) == settings.get("tolerations", []), task
         assert patch.get("nodeSelector", {}) == settings.get("nodeSelector", {}).get("labels", {})
         claims = {
