@@ -14,15 +14,19 @@ The analyzers do not grow with the columns: all numeric columns (the regression 
 are stacked into one [batch, columns] tensor whose per-column statistics come from one
 `tft.mean` and one `tft.var` (reduce_instance_dims=False; tf.Transform packs the two into one
 combine), and every string column's vocabulary, the label's included, comes from one analyzer
-(components.ml.vocabularies), each column then looked up in its own vocabulary file. Missing
-indicators need no analyzer. The features, their names, dtypes and vocabulary files are those of
-one analyzer per column (benchmarks/per_column_preprocessing.py, the reference).
+(components.ml.vocabularies). Missing indicators need no analyzer. Nor do the transforms grow
+with the columns: the features' z-scores are computed on their stacked tensor at once, and every
+text feature is looked up in one table (a table per column was most of a wide table's Transform
+time); the label has its own table and statistics, so no feature depends on it. The features,
+their names, dtypes, schema domains and vocabulary files are those of one analyzer per column
+(benchmarks/per_column_preprocessing.py, the reference).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 import tensorflow_transform as tft
+from tensorflow_transform import schema_inference
 
 from components.ml import features, vocabularies
 
@@ -78,7 +82,7 @@ def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
         else:
             numeric[key] = _dense_with_presence(_as_float(value), 0.0)
     outputs = {}
-    for key, z_score in _impute_and_z_score(numeric).items():
+    for key, z_score in _impute_and_z_score(numeric, label_key).items():
         outputs[features.transformed_name(key)] = z_score
         present = numeric[key][1]
         if present is not None and key != label_key:
@@ -108,29 +112,42 @@ def _class_names(value):
 
 def _vocabulary_indices(text: dict[str, tf.Tensor], label_key: str) -> dict[str, tf.Tensor]:
     """Every text column's index in its own vocabulary, all vocabularies from one analyzer:
-    features get one OOV bucket (index = vocabulary size), the label none (-1 if unseen)."""
+    features get one OOV bucket (index = vocabulary size), looked up together in one table
+    (vocabularies.apply_column_vocabularies); the label none (-1 if unseen), in a table of its
+    own, so that no feature depends on the label (serving feeds none)."""
     if not text:
         return {}
+    keys = list(text)
     names = [
         features.LABEL_VOCABULARY if key == label_key else features.vocabulary_name(key)
-        for key in text
+        for key in keys
     ]
     # The label's vocabulary also with its counts over the analyzed (train) split: the class
     # weights of --class_weight balanced (components.training.loop).
-    counted = [index for index, key in enumerate(text) if key == label_key]
-    paths = vocabularies.column_vocabularies(list(text.values()), names, counted)
+    counted = [index for index, key in enumerate(keys) if key == label_key]
+    indexed = [index for index, key in enumerate(keys) if key != label_key]
+    analyzed = vocabularies.column_vocabularies(list(text.values()), names, counted, indexed)
     outputs = {}
-    for (key, dense), path in zip(text.items(), paths[: len(names)], strict=True):
-        if key == label_key:
-            index = tft.apply_vocabulary(dense, path, default_value=-1)
-        else:
-            index = tft.apply_vocabulary(dense, path, num_oov_buckets=NUM_OOV_BUCKETS)
-        outputs[features.transformed_name(key)] = index
+    for index in counted:
+        outputs[features.transformed_name(label_key)] = tft.apply_vocabulary(
+            text[label_key], analyzed.paths[index], default_value=-1
+        )
+    if indexed:
+        indices, sizes = vocabularies.apply_column_vocabularies(
+            [text[keys[index]] for index in indexed], analyzed.lookup_path
+        )
+        for number, (index, column) in enumerate(zip(indexed, tf.unstack(indices, axis=1))):
+            # The schema's int_domain, as tft.apply_vocabulary records it: [0, size] (the OOV
+            # bucket included).
+            schema_inference.set_tensor_schema_override(
+                column, tf.constant(0, tf.int64), sizes[number]
+            )
+            outputs[features.transformed_name(keys[index])] = column
     return outputs
 
 
 def _impute_and_z_score(
-    columns: dict[str, tuple[tf.Tensor, tf.Tensor | None]],
+    columns: dict[str, tuple[tf.Tensor, tf.Tensor | None]], label_key: str
 ) -> dict[str, tf.Tensor]:
     """Every numeric column with its missing values imputed by the mean of its observed ones,
     then z-scored over the imputed column, from the statistics of one analysis pass over all
@@ -142,17 +159,18 @@ def _impute_and_z_score(
     The columns are stacked into one [batch, columns] tensor with NaN where a value is missing,
     which tft.mean and tft.var leave out (reduce_instance_dims=False: per-column statistics);
     the observed fractions are the means of the presence columns appended to the same tensor.
-    A column that is never missing has p = 1: its z-score is tft.scale_to_z_score's."""
+    A column that is never missing has p = 1: its z-score is tft.scale_to_z_score's.
+
+    The z-scores of the features are computed on the same stack at once and split into columns
+    (a handful of ops whatever the column count); a regression label is stacked apart and
+    z-scored on its own, so that no feature depends on the label (serving feeds none)."""
     if not columns:
         return {}
-    values = tf.stack([dense for dense, _ in columns.values()], axis=1)
-    present = tf.stack(
-        [
-            tf.ones_like(dense, tf.bool) if mask is None else mask
-            for dense, mask in columns.values()
-        ],
-        axis=1,
-    )
+    feature_keys = [key for key in columns if key != label_key]
+    parts = [part for part in (feature_keys, [label_key] if label_key in columns else []) if part]
+    stacks = [(part, *_stacked([columns[key] for key in part])) for part in parts]
+    values = tf.concat([stack_values for _, stack_values, _ in stacks], axis=1)
+    present = tf.concat([stack_present for _, _, stack_present in stacks], axis=1)
     observed = tf.where(present, values, tf.constant(float("nan"), tf.float32))
     count = len(columns)
     means = tft.mean(
@@ -160,16 +178,27 @@ def _impute_and_z_score(
     )
     mean, present_fraction = means[:count], means[count:]
     variance = tft.var(observed, reduce_instance_dims=False) * present_fraction
-    # Applied column by column, so that each output depends on its own input only (serving
-    # feeds no label; the stacked tensor feeds the analyzers alone).
     z_scores = {}
-    for index, (key, (dense, mask)) in enumerate(columns.items()):
-        column_mean, column_variance = mean[index], variance[index]
-        centered = (dense if mask is None else tf.where(mask, dense, column_mean)) - column_mean
+    start = 0
+    for part, part_values, part_present in stacks:
+        end = start + len(part)
+        part_mean, part_variance = mean[start:end], variance[start:end]
+        centered = tf.where(part_present, part_values, part_mean) - part_mean
         # As tft.scale_to_z_score: a constant column is only centred.
-        z_scores[key] = tf.where(
-            column_variance > 0,
-            centered / tf.sqrt(tf.maximum(column_variance, 1e-30)),
-            centered,
+        z_score = tf.where(
+            part_variance > 0, centered / tf.sqrt(tf.maximum(part_variance, 1e-30)), centered
         )
+        z_scores.update(zip(part, tf.unstack(z_score, num=len(part), axis=1)))
+        start = end
     return z_scores
+
+
+def _stacked(columns: list[tuple[tf.Tensor, tf.Tensor | None]]) -> tuple[tf.Tensor, tf.Tensor]:
+    """[batch] values and presence masks (None: never missing) -> [batch, columns] values and
+    presence."""
+    values = tf.stack([dense for dense, _ in columns], axis=1)
+    present = tf.stack(
+        [tf.ones_like(dense, tf.bool) if mask is None else mask for dense, mask in columns],
+        axis=1,
+    )
+    return values, present

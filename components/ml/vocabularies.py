@@ -1,4 +1,5 @@
-"""The vocabularies of many string columns from one tf.Transform analyzer.
+"""The vocabularies of many string columns from one tf.Transform analyzer, applied through one
+lookup table.
 
 `tft.vocabulary` is one analyzer per column: its own count, filter, sort and write stages in
 the Beam graph and its own nodes in every trace of the preprocessing function, so a table's
@@ -8,12 +9,23 @@ of all columns, then one step sorts and writes one vocabulary file per column. E
 what `tft.vocabulary(x, vocab_filename=name)` writes for that column alone: its values by
 decreasing count, equal counts by decreasing value (bytes), empty values and values holding a
 newline left out, under the same sanitized file name, registered in the asset map, so
-`TFTransformOutput.vocabulary_by_name(name)` and `tft.apply_vocabulary` read it as before.
+`TFTransformOutput.vocabulary_by_name(name)` reads it as before.
+
+`tft.apply_vocabulary` is one lookup table per column, and a table is the costly part of a
+transform graph: created and initialized from its file in each of the preprocessing function's
+traces, serialized with functions of its own in every SavedModel that holds it (the transform
+graph, the serving model) and rebuilt at every load. So the same step also writes one file
+holding every `indexed` column's vocabulary, each entry prefixed with its column's number
+(`lookup_key`), with each column's first line and size; `apply_column_vocabularies` looks all
+those columns up in one table and gives the index `tft.apply_vocabulary` would have given in
+the column's own file (its line there; unseen values the one OOV bucket at the vocabulary's
+size).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import uuid
 from collections.abc import Sequence
@@ -79,27 +91,59 @@ def counts_name(vocabulary_name: str) -> str:
     return f"{vocabulary_name}_counts"
 
 
-def _write_vocabularies(counters, directory: str, names: Sequence[str], counted) -> tuple:
-    """One vocabulary file per column, then for each counted column the same tokens in the same
+# The one lookup file of the indexed columns (a transform graph asset like the vocabularies).
+LOOKUP_FILE_NAME = "column_vocabularies_lookup"
+
+
+def lookup_key(column: int, token: bytes) -> bytes:
+    """A token's entry in the lookup file: its column's number, a colon, the token (the number
+    ends at the first colon, so no two columns' entries can be equal)."""
+    return b"%d:%s" % (column, token)
+
+
+def lookup_lines(vocabularies: Sequence[Sequence[bytes]]) -> list[bytes]:
+    """The lookup file of these columns' vocabularies: for each column its number alone (no
+    colon: never equal to an entry), then its entries (lookup_key) in vocabulary order; and the
+    column count alone at the end. A column's index of a token is then the entry's line minus
+    the line of the column's number, minus one; its size the distance to the next number, minus
+    one."""
+    lines = []
+    for column, tokens in enumerate(vocabularies):
+        lines.append(b"%d" % column)
+        lines.extend(lookup_key(column, token) for token in tokens)
+    lines.append(b"%d" % len(vocabularies))
+    return lines
+
+
+def _write_file(path: str, lines) -> np.ndarray:
+    with tf.io.gfile.GFile(path, "wb") as handle:
+        handle.write(b"".join(line + b"\n" for line in lines))
+    return np.array(path.encode())
+
+
+def _write_vocabularies(
+    counters, directory: str, names: Sequence[str], counted, indexed
+) -> tuple:
+    """One vocabulary file per column; then for each counted column the same tokens in the same
     order with their counts, one `COUNT TOKEN` line each (the format tft.vocabulary writes with
-    store_frequency=True, which TFTransformOutput.vocabulary_by_name reads back)."""
+    store_frequency=True, which TFTransformOutput.vocabulary_by_name reads back); then the
+    lookup file of the indexed columns."""
     tf.io.gfile.makedirs(directory)
-    paths = []
-    for counts, name in zip(counters, names, strict=True):
-        path = os.path.join(directory, file_name(name))
-        with tf.io.gfile.GFile(path, "wb") as handle:
-            handle.write(b"".join(token + b"\n" for token in ordered_tokens(counts)))
-        paths.append(np.array(path.encode()))
+    tokens = [ordered_tokens(counts) for counts in counters]
+    paths = [
+        _write_file(os.path.join(directory, file_name(name)), column)
+        for column, name in zip(tokens, names, strict=True)
+    ]
     for index in counted:
-        counts, name = counters[index], counts_name(names[index])
-        path = os.path.join(directory, file_name(name))
-        with tf.io.gfile.GFile(path, "wb") as handle:
-            handle.write(
-                b"".join(
-                    b"%d %s\n" % (counts.get(token, 0), token) for token in ordered_tokens(counts)
-                )
+        counts = counters[index]
+        paths.append(
+            _write_file(
+                os.path.join(directory, file_name(counts_name(names[index]))),
+                (b"%d %s" % (counts.get(token, 0), token) for token in tokens[index]),
             )
-        paths.append(np.array(path.encode()))
+        )
+    lookup = lookup_lines([tokens[index] for index in indexed])
+    paths.append(_write_file(os.path.join(directory, LOOKUP_FILE_NAME), lookup))
     return tuple(paths)
 
 
@@ -108,12 +152,14 @@ def _pick(paths: tuple, index: int):
 
 
 class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
-    """[batch, columns] string batches -> one vocabulary file path per column."""
+    """[batch, columns] string batches -> one vocabulary file path per column, the counted
+    columns' files with counts, and the lookup file of the indexed columns."""
 
-    def __init__(self, names: Sequence[str], counted: Sequence[int] = ()):
+    def __init__(self, names: Sequence[str], counted: Sequence[int], indexed: Sequence[int]):
         super().__init__()
         self._names = tuple(names)
         self._counted = tuple(counted)
+        self._indexed = tuple(indexed)
 
     def expand(self, batches):
         # A directory of this analyzer's own: the file names are the vocabularies' names.
@@ -127,32 +173,80 @@ class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
                 directory=directory,
                 names=self._names,
                 counted=self._counted,
+                indexed=self._indexed,
             )
         )
         return tuple(
             paths | f"Path[{index}]" >> beam.Map(_pick, index=index)
-            for index in range(len(self._names) + len(self._counted))
+            for index in range(len(self._names) + len(self._counted) + 1)
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class ColumnVocabularies:
+    """What column_vocabularies gives: the path of each column's vocabulary file (`paths`, in
+    the order of `names`), of each counted column's file with counts (`counts_paths`), and of the
+    lookup file of the indexed columns (`lookup_path`, for apply_column_vocabularies)."""
+
+    paths: list[tf.Tensor]
+    counts_paths: list[tf.Tensor]
+    lookup_path: tf.Tensor
+
+
 def column_vocabularies(
-    columns: Sequence[tf.Tensor], names: Sequence[str], counted: Sequence[int] = ()
-) -> list[tf.Tensor]:
-    """One analyzer over dense [batch] string tensors: the path of each one's vocabulary file,
-    written as `names[i]` (for tft.apply_vocabulary and vocabulary_by_name), then for each index
-    in `counted` the path of that column's vocabulary with counts (`counts_name(names[i])`)."""
+    columns: Sequence[tf.Tensor],
+    names: Sequence[str],
+    counted: Sequence[int] = (),
+    indexed: Sequence[int] = (),
+) -> ColumnVocabularies:
+    """One analyzer over dense [batch] string tensors: each one's vocabulary file, written as
+    `names[i]` (for vocabulary_by_name); for each index in `counted` that column's vocabulary
+    with counts (`counts_name(names[i])`); and the lookup file of the columns in `indexed`."""
     if len(columns) != len(names) or not columns:
         raise ValueError(f"{len(columns)} column(s) for {len(names)} vocabulary name(s)")
     stacked = tf.stack([tf.reshape(column, [-1]) for column in columns], axis=1)
     written = [*names, *(counts_name(names[index]) for index in counted)]
     paths = tft.experimental.ptransform_analyzer(
         inputs=[stacked],
-        ptransform=_ColumnVocabularies(names, counted),
-        output_dtypes=[tf.string] * len(written),
-        output_shapes=[[]] * len(written),
-        output_asset_default_values=[_EMPTY_VOCABULARY_TOKEN] * len(written),
+        ptransform=_ColumnVocabularies(names, counted, indexed),
+        output_dtypes=[tf.string] * (len(written) + 1),
+        output_shapes=[[]] * (len(written) + 1),
+        # Before analysis: files a table can be initialized from (not empty), which hold none
+        # of the values looked up.
+        output_asset_default_values=[_EMPTY_VOCABULARY_TOKEN] * (len(written) + 1),
         name="column_vocabularies",
     )
     for name in written:
         tft.annotate_asset(name, file_name(name))
-    return list(paths)
+    return ColumnVocabularies(
+        paths=list(paths[: len(names)]),
+        counts_paths=list(paths[len(names) : len(written)]),
+        lookup_path=paths[len(written)],
+    )
+
+
+def apply_column_vocabularies(
+    columns: Sequence[tf.Tensor], lookup_path: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The indexed columns (dense [batch] strings, in `indexed` order) -> ([batch, columns]
+    int64 indices, [columns] vocabulary sizes): each value's index in its column's vocabulary,
+    values not in it (unseen in the analyzed split, empty, holding a newline) the one OOV bucket
+    at the vocabulary's size. What tft.apply_vocabulary(column, its file, num_oov_buckets=1)
+    gives, from one table: the values prefixed with their column's number and the columns'
+    numbers themselves are looked up together (lookup_lines)."""
+    count = len(columns)
+    stacked = tf.stack([tf.reshape(column, [-1]) for column in columns], axis=1)
+    prefixes = tf.constant([lookup_key(column, b"") for column in range(count)])
+    keys = tf.reshape(tf.strings.join([tf.broadcast_to(prefixes, tf.shape(stacked)), stacked]), [-1])
+    numbers = tf.constant([b"%d" % column for column in range(count + 1)])
+    lines = tft.apply_vocabulary(
+        tf.concat([keys, numbers], axis=0),
+        lookup_path,
+        default_value=-1,
+        name="apply_column_vocabularies",
+    )
+    entry_lines = tf.reshape(lines[: tf.size(keys)], [-1, count])
+    number_lines = lines[tf.size(keys) :]
+    first = number_lines[:-1] + 1
+    sizes = number_lines[1:] - first
+    return tf.where(entry_lines >= 0, entry_lines - first, sizes), sizes

@@ -8,9 +8,11 @@ table."""
 from __future__ import annotations
 
 import functools
+import pathlib
 
 import numpy as np
 import pytest
+from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
 from benchmarks import per_column_preprocessing
@@ -51,9 +53,28 @@ def vocabulary_names(output) -> list[str]:
     ]
 
 
+def lookup_tables(output) -> int:
+    """The lookup tables (resources) the transform graph's SavedModel holds."""
+    saved_model = saved_model_pb2.SavedModel()
+    path = pathlib.Path(output.transform_savedmodel_dir) / "saved_model.pb"
+    saved_model.ParseFromString(path.read_bytes())
+    (meta_graph,) = saved_model.meta_graphs
+    return sum(node.HasField("resource") for node in meta_graph.object_graph_def.nodes)
+
+
 def assert_same_outputs(reference, stacked, label_key):
     old, new = reference["output"], stacked["output"]
     assert new.transformed_feature_spec() == old.transformed_feature_spec()
+    # The schema too: each vocabulary index's int_domain [0, size] (OOV included).
+    old_schema = {feature.name: feature for feature in old.transformed_metadata.schema.feature}
+    new_schema = {feature.name: feature for feature in new.transformed_metadata.schema.feature}
+    assert new_schema == old_schema
+    # One table for every text feature and one for a class label, against one per column (two
+    # for a feature: tft's StaticVocabularyTable wraps a hash table).
+    text = [name for name in vocabulary_names(old) if name != features.vocabulary_name(label_key)]
+    classes = len(vocabulary_names(old)) - len(text)
+    assert lookup_tables(old) == 2 * len(text) + classes
+    assert lookup_tables(new) == min(len(text), 1) + classes
     for name in vocabulary_names(old):
         if name == features.vocabulary_name(label_key):
             name = features.LABEL_VOCABULARY
