@@ -24,6 +24,8 @@ their names, dtypes, schema domains and vocabulary files are those of one analyz
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import tensorflow as tf
 import tensorflow_transform as tft
 from tensorflow_transform import schema_inference
@@ -49,6 +51,70 @@ def _dense_with_presence(value, default) -> tuple[tf.Tensor, tf.Tensor | None]:
     return value, None
 
 
+def stack_columns(
+    columns: Sequence[tf.Tensor | tf.SparseTensor], dtype: tf.DType, default
+) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """CSV columns (dense [batch] or [batch, 1]; sparse [batch, <= 1] where a value may be
+    missing) -> ([batch, columns] values as `dtype`, `default` where missing; [batch, columns]
+    presence, None when no column can be missing).
+
+    A few ops whatever the column count: the dense columns of one dtype and rank are stacked by
+    one op, the sparse ones of one dtype scattered into one dense tensor (their row indices and
+    values concatenated), and the parts put back in the columns' order by one gather. (A
+    densify, a presence mask and a squeeze per column made the transform graph, and every trace
+    and save of it, grow with the columns.) A CSV cell holds at most one value."""
+    groups: dict[tuple, list[int]] = {}
+    for index, column in enumerate(columns):
+        sparse = isinstance(column, tf.SparseTensor)
+        groups.setdefault((sparse, column.dtype, None if sparse else column.shape.rank), []).append(
+            index
+        )
+    order, values, present = [], [], []
+    batch = None
+    for (sparse, _, rank), indices in groups.items():
+        group = [columns[index] for index in indices]
+        order.extend(indices)
+        if sparse:
+            batch = group[0].dense_shape[0]
+            shape = tf.stack([batch, len(group)])
+            rows = tf.concat([column.indices[:, 0] for column in group], axis=0)
+            counts = tf.stack([tf.size(column.values, out_type=tf.int64) for column in group])
+            positions = tf.stack(
+                [rows, tf.repeat(tf.range(len(group), dtype=tf.int64), counts)], axis=1
+            )
+            group_values = tf.cast(tf.concat([column.values for column in group], 0), dtype)
+            values.append(
+                tf.tensor_scatter_nd_update(
+                    tf.fill(shape, tf.constant(default, dtype)), positions, group_values
+                )
+            )
+            present.append(tf.scatter_nd(positions, tf.ones_like(group_values, tf.int8), shape) > 0)
+        else:
+            stacked = (tf.stack if rank == 1 else tf.concat)(group, axis=1)
+            values.append(tf.cast(stacked, dtype))
+            present.append(None)
+    stacked_values = _in_order(tf.concat(values, axis=1) if len(values) > 1 else values[0], order)
+    if all(mask is None for mask in present):
+        return stacked_values, None
+    masks = [
+        tf.ones(tf.shape(part), tf.bool) if mask is None else mask
+        for part, mask in zip(values, present, strict=True)
+    ]
+    return stacked_values, _in_order(
+        tf.concat(masks, axis=1) if len(masks) > 1 else masks[0], order
+    )
+
+
+def _in_order(stacked: tf.Tensor, order: list[int]) -> tf.Tensor:
+    """Columns stacked in `order` (column i of `stacked` is column order[i]) -> in column order."""
+    if order == sorted(order):
+        return stacked
+    inverse = [0] * len(order)
+    for position, index in enumerate(order):
+        inverse[index] = position
+    return tf.gather(stacked, inverse, axis=1)
+
+
 # tf.Transform traces this function several times; it has no data-dependent Python control flow,
 # so AutoGraph's source conversion (of it and of every tft/tf function it calls) is pure cost.
 @tf.autograph.experimental.do_not_convert
@@ -62,32 +128,22 @@ def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
     if task not in (features.CLASSIFICATION, features.REGRESSION):
         raise ValueError(f"task must be classification or regression, got {task!r}")
     label = inputs[label_key]
-    if task == features.REGRESSION and label.dtype == tf.string:
+    regression = task == features.REGRESSION
+    if regression and label.dtype == tf.string:
         raise ValueError(
             f"label column {label_key!r} is text; regression needs a numeric label column"
         )
-    # name -> dense [batch] value: text columns (and a class label) get a vocabulary, numeric
-    # columns (and a regression label) are z-scored; presence None: never missing.
-    text: dict[str, tf.Tensor] = {}
-    numeric: dict[str, tuple[tf.Tensor, tf.Tensor | None]] = {}
-    for key, value in sorted(inputs.items()):
-        if key == label_key:
-            if task == features.REGRESSION:
-                # A label is never missing (ExampleGen rejects such rows): no indicator.
-                numeric[key] = (_dense_with_presence(_as_float(value), 0.0)[0], None)
-            else:
-                text[key] = _dense_with_presence(_class_names(value), features.MISSING_TOKEN)[0]
-        elif value.dtype == tf.string:
-            text[key] = _dense_with_presence(value, features.MISSING_TOKEN)[0]
-        else:
-            numeric[key] = _dense_with_presence(_as_float(value), 0.0)
-    outputs = {}
-    for key, z_score in _impute_and_z_score(numeric, label_key).items():
-        outputs[features.transformed_name(key)] = z_score
-        present = numeric[key][1]
-        if present is not None and key != label_key:
-            outputs[features.missing_indicator_name(key)] = 1.0 - tf.cast(present, tf.float32)
-    outputs.update(_vocabulary_indices(text, label_key))
+    # A label is never missing (ExampleGen rejects such rows): no indicator. A class label gets a
+    # vocabulary, a regression label is z-scored.
+    if regression:
+        dense_label = _dense_with_presence(_as_float(label), 0.0)[0]
+    else:
+        dense_label = _dense_with_presence(_class_names(label), features.MISSING_TOKEN)[0]
+    feature_keys = sorted(key for key in inputs if key != label_key)
+    text = {key: inputs[key] for key in feature_keys if inputs[key].dtype == tf.string}
+    numeric = {key: inputs[key] for key in feature_keys if inputs[key].dtype != tf.string}
+    outputs = _numeric_outputs(numeric, label_key, dense_label if regression else None)
+    outputs.update(_text_outputs(text, label_key, None if regression else dense_label))
     return outputs
 
 
@@ -110,95 +166,120 @@ def _class_names(value):
     return text
 
 
-def _vocabulary_indices(text: dict[str, tf.Tensor], label_key: str) -> dict[str, tf.Tensor]:
-    """Every text column's index in its own vocabulary, all vocabularies from one analyzer:
-    features get one OOV bucket (index = vocabulary size), looked up together in one table
-    (vocabularies.apply_column_vocabularies); the label none (-1 if unseen), in a table of its
-    own, so that no feature depends on the label (serving feeds none)."""
-    if not text:
+def _text_outputs(columns: dict, label_key: str, label: tf.Tensor | None) -> dict[str, tf.Tensor]:
+    """Every text column's index in its own vocabulary, all vocabularies (a class label's too)
+    from one analyzer: features get one OOV bucket (index = vocabulary size), looked up together
+    in one table (vocabularies.apply_column_vocabularies); the label none (-1 if unseen), in a
+    table of its own, so that no feature depends on the label (serving feeds none)."""
+    keys = list(columns)
+    stacked = (
+        stack_columns(list(columns.values()), tf.string, features.MISSING_TOKEN)[0]
+        if keys
+        else None
+    )
+    names = [features.vocabulary_name(key) for key in keys]
+    analyzed_columns = [] if stacked is None else [stacked]
+    counted = []
+    if label is not None:
+        # The label's vocabulary also with its counts over the analyzed (train) split: the
+        # class weights of --class_weight balanced (components.training.loop).
+        names.append(features.LABEL_VOCABULARY)
+        analyzed_columns.append(tf.reshape(label, [-1, 1]))
+        counted.append(len(keys))
+    if not names:
         return {}
-    keys = list(text)
-    names = [
-        features.LABEL_VOCABULARY if key == label_key else features.vocabulary_name(key)
-        for key in keys
-    ]
-    # The label's vocabulary also with its counts over the analyzed (train) split: the class
-    # weights of --class_weight balanced (components.training.loop).
-    counted = [index for index, key in enumerate(keys) if key == label_key]
-    indexed = [index for index, key in enumerate(keys) if key != label_key]
-    analyzed = vocabularies.column_vocabularies(list(text.values()), names, counted, indexed)
+    analyzed = vocabularies.column_vocabularies(
+        tf.concat(analyzed_columns, axis=1) if len(analyzed_columns) > 1 else analyzed_columns[0],
+        names,
+        counted,
+        indexed=range(len(keys)),
+    )
     outputs = {}
-    for index in counted:
+    if label is not None:
         outputs[features.transformed_name(label_key)] = tft.apply_vocabulary(
-            text[label_key], analyzed.paths[index], default_value=-1
+            label, analyzed.paths[len(keys)], default_value=-1
         )
-    if indexed:
-        indices, sizes = vocabularies.apply_column_vocabularies(
-            [text[keys[index]] for index in indexed], analyzed.lookup_path
-        )
-        for number, (index, column) in enumerate(zip(indexed, tf.unstack(indices, axis=1))):
+    if keys:
+        indices, sizes = vocabularies.apply_column_vocabularies(stacked, analyzed.lookup_path)
+        for number, (key, column) in enumerate(
+            zip(keys, tf.unstack(indices, num=len(keys), axis=1), strict=True)
+        ):
             # The schema's int_domain, as tft.apply_vocabulary records it: [0, size] (the OOV
             # bucket included).
             schema_inference.set_tensor_schema_override(
                 column, tf.constant(0, tf.int64), sizes[number]
             )
-            outputs[features.transformed_name(keys[index])] = column
+            outputs[features.transformed_name(key)] = column
     return outputs
 
 
-def _impute_and_z_score(
-    columns: dict[str, tuple[tf.Tensor, tf.Tensor | None]], label_key: str
+def _numeric_outputs(
+    columns: dict, label_key: str, label: tf.Tensor | None
 ) -> dict[str, tf.Tensor]:
     """Every numeric column with its missing values imputed by the mean of its observed ones,
-    then z-scored over the imputed column, from the statistics of one analysis pass over all
-    columns at once: imputing the mean leaves the mean as it is and adds nothing to the squared
-    deviations, so over N rows of which a fraction p is observed, var(imputed) = p *
-    var(observed). (Z-scoring the imputed tensor directly would make tf.Transform read the data
-    twice: the mean first, then the variance of the result.)
+    then z-scored over the imputed column, plus a 0/1 missing indicator where a value may be
+    missing; a regression label z-scored the same way.
 
-    The columns are stacked into one [batch, columns] tensor with NaN where a value is missing,
-    which tft.mean and tft.var leave out (reduce_instance_dims=False: per-column statistics);
-    the observed fractions are the means of the presence columns appended to the same tensor.
-    A column that is never missing has p = 1: its z-score is tft.scale_to_z_score's.
+    The statistics come from one analysis pass over all columns at once: imputing the mean
+    leaves the mean as it is and adds nothing to the squared deviations, so over N rows of which
+    a fraction p is observed, var(imputed) = p * var(observed). (Z-scoring the imputed tensor
+    directly would make tf.Transform read the data twice: the mean first, then the variance of
+    the result.) The columns are stacked into one [batch, columns] tensor with NaN where a value
+    is missing, which tft.mean and tft.var leave out (reduce_instance_dims=False: per-column
+    statistics); the observed fractions are the means of the presence columns appended to the
+    same tensor. A column that is never missing has p = 1: its z-score is
+    tft.scale_to_z_score's.
 
-    The z-scores of the features are computed on the same stack at once and split into columns
-    (a handful of ops whatever the column count); a regression label is stacked apart and
-    z-scored on its own, so that no feature depends on the label (serving feeds none)."""
-    if not columns:
+    The features' z-scores and indicators are computed on their stack at once and split into
+    columns (a handful of ops whatever the column count); the label is appended for the
+    analysis only and z-scored apart, so that no feature depends on it (serving feeds none)."""
+    keys = list(columns)
+    if not keys and label is None:
         return {}
-    feature_keys = [key for key in columns if key != label_key]
-    parts = [part for part in (feature_keys, [label_key] if label_key in columns else []) if part]
-    stacks = [(part, *_stacked([columns[key] for key in part])) for part in parts]
-    values = tf.concat([stack_values for _, stack_values, _ in stacks], axis=1)
-    present = tf.concat([stack_present for _, _, stack_present in stacks], axis=1)
-    observed = tf.where(present, values, tf.constant(float("nan"), tf.float32))
-    count = len(columns)
+    values, present = (
+        stack_columns(list(columns.values()), tf.float32, 0.0) if keys else (None, None)
+    )
+    analyzed_values = [] if values is None else [values]
+    analyzed_present = []
+    if values is not None:
+        analyzed_present.append(tf.ones(tf.shape(values), tf.bool) if present is None else present)
+    if label is not None:
+        analyzed_values.append(tf.reshape(label, [-1, 1]))
+        analyzed_present.append(tf.ones_like(analyzed_values[-1], tf.bool))
+    all_values = tf.concat(analyzed_values, axis=1)
+    all_present = tf.concat(analyzed_present, axis=1)
+    observed = tf.where(all_present, all_values, tf.constant(float("nan"), tf.float32))
+    count = len(keys) + (label is not None)
     means = tft.mean(
-        tf.concat([observed, tf.cast(present, tf.float32)], axis=1), reduce_instance_dims=False
+        tf.concat([observed, tf.cast(all_present, tf.float32)], axis=1),
+        reduce_instance_dims=False,
     )
     mean, present_fraction = means[:count], means[count:]
     variance = tft.var(observed, reduce_instance_dims=False) * present_fraction
-    z_scores = {}
-    start = 0
-    for part, part_values, part_present in stacks:
-        end = start + len(part)
-        part_mean, part_variance = mean[start:end], variance[start:end]
-        centered = tf.where(part_present, part_values, part_mean) - part_mean
-        # As tft.scale_to_z_score: a constant column is only centred.
-        z_score = tf.where(
-            part_variance > 0, centered / tf.sqrt(tf.maximum(part_variance, 1e-30)), centered
+    outputs = {}
+    if keys:
+        z_scores = _z_score(values, present, mean[: len(keys)], variance[: len(keys)])
+        for key, column in zip(keys, tf.unstack(z_scores, num=len(keys), axis=1), strict=True):
+            outputs[features.transformed_name(key)] = column
+        # Indicators for the columns that may be missing (sparse in the schema's spec).
+        nullable = [
+            index for index, key in enumerate(keys) if isinstance(columns[key], tf.SparseTensor)
+        ]
+        if nullable:
+            missing = 1.0 - tf.cast(tf.gather(present, nullable, axis=1), tf.float32)
+            for index, column in zip(
+                nullable, tf.unstack(missing, num=len(nullable), axis=1), strict=True
+            ):
+                outputs[features.missing_indicator_name(keys[index])] = column
+    if label is not None:
+        outputs[features.transformed_name(label_key)] = _z_score(
+            label, None, mean[len(keys)], variance[len(keys)]
         )
-        z_scores.update(zip(part, tf.unstack(z_score, num=len(part), axis=1)))
-        start = end
-    return z_scores
+    return outputs
 
 
-def _stacked(columns: list[tuple[tf.Tensor, tf.Tensor | None]]) -> tuple[tf.Tensor, tf.Tensor]:
-    """[batch] values and presence masks (None: never missing) -> [batch, columns] values and
-    presence."""
-    values = tf.stack([dense for dense, _ in columns], axis=1)
-    present = tf.stack(
-        [tf.ones_like(dense, tf.bool) if mask is None else mask for dense, mask in columns],
-        axis=1,
-    )
-    return values, present
+def _z_score(values, present, mean, variance) -> tf.Tensor:
+    """(values, with the mean where not present) z-scored; as tft.scale_to_z_score, a constant
+    column is only centred."""
+    centered = (values if present is None else tf.where(present, values, mean)) - mean
+    return tf.where(variance > 0, centered / tf.sqrt(tf.maximum(variance, 1e-30)), centered)

@@ -121,9 +121,7 @@ def _write_file(path: str, lines) -> np.ndarray:
     return np.array(path.encode())
 
 
-def _write_vocabularies(
-    counters, directory: str, names: Sequence[str], counted, indexed
-) -> tuple:
+def _write_vocabularies(counters, directory: str, names: Sequence[str], counted, indexed) -> tuple:
     """One vocabulary file per column; then for each counted column the same tokens in the same
     order with their counts, one `COUNT TOKEN` line each (the format tft.vocabulary writes with
     store_frequency=True, which TFTransformOutput.vocabulary_by_name reads back); then the
@@ -194,17 +192,18 @@ class ColumnVocabularies:
 
 
 def column_vocabularies(
-    columns: Sequence[tf.Tensor],
+    stacked: tf.Tensor,
     names: Sequence[str],
     counted: Sequence[int] = (),
     indexed: Sequence[int] = (),
 ) -> ColumnVocabularies:
-    """One analyzer over dense [batch] string tensors: each one's vocabulary file, written as
-    `names[i]` (for vocabulary_by_name); for each index in `counted` that column's vocabulary
-    with counts (`counts_name(names[i])`); and the lookup file of the columns in `indexed`."""
-    if len(columns) != len(names) or not columns:
-        raise ValueError(f"{len(columns)} column(s) for {len(names)} vocabulary name(s)")
-    stacked = tf.stack([tf.reshape(column, [-1]) for column in columns], axis=1)
+    """One analyzer over the columns of a dense [batch, columns] string tensor: each one's
+    vocabulary file, written as `names[i]` (for vocabulary_by_name); for each index in `counted`
+    that column's vocabulary with counts (`counts_name(names[i])`); and the lookup file of the
+    columns in `indexed`."""
+    if stacked.shape.rank != 2 or stacked.shape[1] != len(names) or not names:
+        raise ValueError(f"{stacked.shape} columns for {len(names)} vocabulary name(s)")
+    indexed = tuple(indexed)
     written = [*names, *(counts_name(names[index]) for index in counted)]
     paths = tft.experimental.ptransform_analyzer(
         inputs=[stacked],
@@ -226,18 +225,19 @@ def column_vocabularies(
 
 
 def apply_column_vocabularies(
-    columns: Sequence[tf.Tensor], lookup_path: tf.Tensor
+    stacked: tf.Tensor, lookup_path: tf.Tensor
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """The indexed columns (dense [batch] strings, in `indexed` order) -> ([batch, columns]
+    """The indexed columns ([batch, columns] strings, in `indexed` order) -> ([batch, columns]
     int64 indices, [columns] vocabulary sizes): each value's index in its column's vocabulary,
     values not in it (unseen in the analyzed split, empty, holding a newline) the one OOV bucket
     at the vocabulary's size. What tft.apply_vocabulary(column, its file, num_oov_buckets=1)
     gives, from one table: the values prefixed with their column's number and the columns'
     numbers themselves are looked up together (lookup_lines)."""
-    count = len(columns)
-    stacked = tf.stack([tf.reshape(column, [-1]) for column in columns], axis=1)
+    count = int(stacked.shape[1])
     prefixes = tf.constant([lookup_key(column, b"") for column in range(count)])
-    keys = tf.reshape(tf.strings.join([tf.broadcast_to(prefixes, tf.shape(stacked)), stacked]), [-1])
+    keys = tf.reshape(
+        tf.strings.join([tf.broadcast_to(prefixes, tf.shape(stacked)), stacked]), [-1]
+    )
     numbers = tf.constant([b"%d" % column for column in range(count + 1)])
     lines = tft.apply_vocabulary(
         tf.concat([keys, numbers], axis=0),
