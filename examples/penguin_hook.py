@@ -39,5 +39,6 @@ def build_model(model_inputs):
         optimizer=keras.optimizers.Adam(model_inputs.settings.learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        steps_per_execution=model_inputs.settings.steps_per_execution,
     )
     return model

@@ -69,14 +69,21 @@ def image_input_shape(tf_transform_output: tft.TFTransformOutput) -> list[int] |
     return None if size is None else [size, size, image_preprocessing.CHANNELS]
 
 
-def _compile(model: keras.Model, learning_rate: float, jit_compile: bool) -> keras.Model:
+def _compile(model: keras.Model, settings) -> keras.Model:
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+        optimizer=keras.optimizers.Adam(settings.learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        jit_compile=jit_compile,
+        jit_compile=settings.xla,
+        steps_per_execution=steps_per_execution(settings),
     )
     return model
+
+
+def steps_per_execution(settings) -> int:
+    """The steps per call of the compiled train/eval function the Trainer planned (the settings
+    a hook gets carry it; 1 where nothing was planned: tests, notebooks)."""
+    return getattr(settings, "steps_per_execution", None) or 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,11 +245,7 @@ def image_model(model_inputs: ModelInputs) -> keras.Model:
         name=features.PROBABILITIES,
         dtype="float32",
     )(x)
-    return _compile(
-        _StepsWithoutAutograph(inputs={name: image}, outputs=outputs),
-        settings.learning_rate,
-        settings.xla,
-    )
+    return _compile(_StepsWithoutAutograph(inputs={name: image}, outputs=outputs), settings)
 
 
 class StackColumns(keras.layers.Layer):
@@ -321,6 +324,7 @@ def tabular_head(model_inputs: ModelInputs, inputs: dict[str, Any], x) -> keras.
             loss=keras.losses.MeanSquaredError(),
             metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
             jit_compile=settings.xla,
+            steps_per_execution=steps_per_execution(settings),
         )
         return regressor
     # float32 output even under a mixed-precision policy, for a numerically stable softmax/loss.
@@ -330,11 +334,7 @@ def tabular_head(model_inputs: ModelInputs, inputs: dict[str, Any], x) -> keras.
         name=features.PROBABILITIES,
         dtype="float32",
     )(x)
-    return _compile(
-        _StepsWithoutAutograph(inputs=inputs, outputs=outputs),
-        settings.learning_rate,
-        settings.xla,
-    )
+    return _compile(_StepsWithoutAutograph(inputs=inputs, outputs=outputs), settings)
 
 
 def build_model(model_inputs: ModelInputs) -> keras.Model:

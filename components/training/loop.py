@@ -143,25 +143,35 @@ class EpochProgress(keras.callbacks.Callback):
 
 
 class SteadyStateTimer(keras.callbacks.Callback):
-    """Examples/s after the first `skip` steps (tracing, warm-up and input start-up excluded)."""
+    """Examples/s after the first `skip` steps (tracing, warm-up and input start-up excluded).
+
+    With several steps per execution Keras calls the batch hooks once per call, with the index
+    of the call's last step in the epoch: the steps are counted from those indices."""
 
     def __init__(self, global_batch: int, skip: int = 20):
         super().__init__()
         self._global_batch = global_batch
         self._skip = skip
         self._seen = 0
+        self._last_in_epoch = -1
         self._start: float | None = None
+        self._seen_at_start = 0
         self.examples_per_second: float | None = None
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._last_in_epoch = -1
+
     def on_train_batch_end(self, batch, logs=None):
-        self._seen += 1
-        if self._seen == self._skip:
-            self._start = time.monotonic()
+        self._seen += batch - self._last_in_epoch
+        self._last_in_epoch = batch
+        if self._start is None and self._seen >= self._skip:
+            self._start, self._seen_at_start = time.monotonic(), self._seen
 
     def on_train_end(self, logs=None):
-        if self._start is not None and self._seen > self._skip:
+        if self._start is not None and self._seen > self._seen_at_start:
             seconds = time.monotonic() - self._start
-            self.examples_per_second = (self._seen - self._skip) * self._global_batch / seconds
+            steps = self._seen - self._seen_at_start
+            self.examples_per_second = steps * self._global_batch / seconds
 
 
 def count_records(files: list[str]) -> int:
@@ -233,6 +243,13 @@ class _Plan:
     num_workers: int
     epochs: int
     steps_per_epoch: int
+    # Steps per call of the compiled train/eval function; whether chosen from the steps of an
+    # epoch (no --steps_per_execution).
+    steps_per_execution: int
+    steps_per_execution_from_data: bool
+    # Validation steps: --eval_steps, else None (the whole eval split) or, with several steps
+    # per call (Keras must then know the count), the eval split's batches.
+    eval_steps: int | None
     # Early stopping on the eval split's loss (0: off); epochs is then the cap.
     patience: int
     cache_decoded: bool
@@ -251,7 +268,7 @@ def train(task: TrainTask) -> dict:
         _log_sharding(task, plan)
     weights = class_weights(task.settings, tf_transform_output)
     train_data, eval_data = _datasets(task, plan, tf_transform_output, weights)
-    keras_model = _build_model(task, strategy, tf_transform_output)
+    keras_model = _build_model(task, strategy, tf_transform_output, plan)
     progress = EpochProgress(plan.epochs, chief)
     # Batch-level callbacks are not supported with ParameterServerStrategy in tf-keras.
     timer = None if plan.parameter_server else SteadyStateTimer(plan.global_batch)
@@ -262,7 +279,7 @@ def train(task: TrainTask) -> dict:
         chief,
         [progress] + ([timer] if timer else []) + ([stopping] if stopping else []),
     )
-    _log_training_start(strategy, plan, chief)
+    _log_training_start(strategy, plan, chief, _compiled_steps_per_execution(keras_model))
     fit_started = time.monotonic()
     history = _fit(keras_model, train_data, eval_data, plan, task.settings, callbacks)
     train_seconds = time.monotonic() - fit_started
@@ -280,6 +297,9 @@ def train(task: TrainTask) -> dict:
         "global_batch": plan.global_batch,
         "per_replica_batch": plan.global_batch // strategy.num_replicas_in_sync,
         "batch_from_data": plan.batch_from_data,
+        # What the model was compiled with (a hook may compile with its own).
+        "steps_per_execution": _compiled_steps_per_execution(keras_model),
+        "steps_per_execution_from_data": plan.steps_per_execution_from_data,
         "early_stopping_patience": plan.patience,
         **stopped,
         "strategy": type(strategy).__name__,
@@ -333,7 +353,21 @@ def _plan(task: TrainTask, strategy, tf_transform_output) -> _Plan:
     # Early stopping needs epochs to compare and the eval split's loss, which parameter-server
     # training does not compute in fit() (the Evaluator evaluates its model).
     patience = settings.early_stopping_patience if epochs > 1 and not is_ps else 0
+    # Several steps per call unless set: not with multi_worker_mirrored, whose workers end an
+    # evaluation of unevenly sharded files together only when Keras runs it to the end of the
+    # data, one step per call.
+    multi_worker_sync = num_workers > 1 and not is_ps
+    if settings.steps_per_execution is None and multi_worker_sync:
+        steps_per_execution = 1
+    else:
+        steps_per_execution = settings.steps_per_execution_for(steps_per_epoch)
+    eval_steps = settings.eval_steps
+    if eval_steps is None and steps_per_execution > 1 and not is_ps:
+        eval_steps = max(1, math.ceil(count_records(task.eval_files) / global_batch))
     return _Plan(
+        steps_per_execution=steps_per_execution,
+        steps_per_execution_from_data=settings.steps_per_execution is None,
+        eval_steps=eval_steps,
         global_batch=global_batch,
         batch_from_data=batch_from_data,
         parameter_server=is_ps,
@@ -457,13 +491,14 @@ def _datasets(task: TrainTask, plan: _Plan, tf_transform_output, weights=None) -
     return train_data, eval_data
 
 
-def _build_model(task: TrainTask, strategy, tf_transform_output):
+def _build_model(task: TrainTask, strategy, tf_transform_output, plan: _Plan):
     """The model hook (settings.model_fn: the project's build_model or the user's) inside the
-    strategy's scope, on what the transform output says about the features and the label."""
+    strategy's scope, on what the transform output says about the features and the label; the
+    settings it gets hold the plan's steps per execution."""
     model_inputs = model.ModelInputs.of(
         tf_transform_output,
         task.label_key,
-        task.settings,
+        dataclasses.replace(task.settings, steps_per_execution=plan.steps_per_execution),
         json.loads(task.user_config) if task.user_config else {},
     )
     hook = user_code.load_function(task.settings.model_fn)
@@ -501,7 +536,13 @@ def _callbacks(task: TrainTask, strategy, chief: bool, callbacks: list) -> list:
     return callbacks
 
 
-def _log_training_start(strategy, plan: _Plan, chief: bool) -> None:
+def _compiled_steps_per_execution(keras_model) -> int:
+    """The steps per call keras_model.compile() set (tf-keras keeps it in a variable)."""
+    variable = getattr(keras_model, "_steps_per_execution", None)
+    return 1 if variable is None else int(variable.numpy())
+
+
+def _log_training_start(strategy, plan: _Plan, chief: bool, per_call: int) -> None:
     batch = "chosen from the training rows" if plan.batch_from_data else "--batch_size"
     epochs = (
         f"at most {plan.epochs} epoch(s) (early stopping on the eval loss, patience "
@@ -509,7 +550,13 @@ def _log_training_start(strategy, plan: _Plan, chief: bool) -> None:
         if plan.patience
         else f"{plan.epochs} epoch(s)"
     )
-    line = "%s: %d replica(s), global batch %d (%s), %s x %d step(s)"
+    if per_call != plan.steps_per_execution:
+        per_call_source = "as the model hook compiled it"
+    elif plan.steps_per_execution_from_data:
+        per_call_source = "chosen from the steps"
+    else:
+        per_call_source = "--steps_per_execution"
+    line = "%s: %d replica(s), global batch %d (%s), %s x %d step(s), %d step(s) per call (%s)"
     values = (
         type(strategy).__name__,
         strategy.num_replicas_in_sync,
@@ -517,6 +564,8 @@ def _log_training_start(strategy, plan: _Plan, chief: bool) -> None:
         batch,
         epochs,
         plan.steps_per_epoch,
+        per_call,
+        per_call_source,
     )
     if chief:
         progress_log.info(line, *values)
@@ -564,7 +613,7 @@ def _fit(keras_model, train_data, eval_data, plan: _Plan, settings: TrainingConf
         epochs=plan.epochs,
         steps_per_epoch=plan.steps_per_epoch,
         validation_data=eval_data,
-        validation_steps=settings.eval_steps,
+        validation_steps=plan.eval_steps,
         # Without early stopping, validate once, after the last epoch: per-epoch validation
         # under a distribution strategy re-creates the distributed eval iterator every epoch.
         validation_freq=1 if plan.patience else plan.epochs,

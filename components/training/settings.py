@@ -379,6 +379,16 @@ def auto_batch_size(train_rows: int, replicas: int = 1) -> int:
     return batch
 
 
+# Steps per call of the compiled train (and eval) function when not set: a call's fixed cost
+# (the function's inputs matched against its traced signature, one entry per feature, and the
+# dispatch) is paid once for this many steps; at most the steps of an epoch.
+MAX_AUTO_STEPS_PER_EXECUTION = 50
+
+
+def auto_steps_per_execution(steps_per_epoch: int) -> int:
+    return max(1, min(steps_per_epoch, MAX_AUTO_STEPS_PER_EXECUTION))
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
     """How the Trainer trains: strategy and cluster shape, model and optimizer, input, launcher."""
@@ -400,6 +410,12 @@ class TrainingConfig:
         3,
         "stop after N epochs without a lower eval loss and keep the best epoch's weights "
         "(0: train every --epochs)",
+    )
+    steps_per_execution: int | None = flag(
+        None,
+        "training and evaluation steps per call of the compiled step function, for the built-in "
+        "model and hooks that compile with settings.steps_per_execution (default: the steps of "
+        f"an epoch, at most {MAX_AUTO_STEPS_PER_EXECUTION}; 1 with multi_worker_mirrored)",
     )
     learning_rate: float = flag(
         0.01, f"Adam's learning rate (images: {IMAGE_LEARNING_RATE} unless set)"
@@ -451,6 +467,12 @@ class TrainingConfig:
             return self.per_replica_batch_size
         return auto_batch_size(train_rows, replicas) if train_rows else MIN_AUTO_BATCH
 
+    def steps_per_execution_for(self, steps_per_epoch: int) -> int:
+        """--steps_per_execution when given, else auto_steps_per_execution."""
+        if self.steps_per_execution is not None:
+            return self.steps_per_execution
+        return auto_steps_per_execution(steps_per_epoch)
+
     def validate(self) -> TrainingConfig:
         _require(
             self.strategy in STRATEGIES,
@@ -467,6 +489,11 @@ class TrainingConfig:
             self.per_replica_batch_size is None or self.per_replica_batch_size >= 1,
             _training_field("per_replica_batch_size"),
             f"must be >= 1, got {self.per_replica_batch_size}",
+        )
+        _require(
+            self.steps_per_execution is None or self.steps_per_execution >= 1,
+            _training_field("steps_per_execution"),
+            f"must be >= 1, got {self.steps_per_execution}",
         )
         _require(
             self.early_stopping_patience >= 0,

@@ -86,6 +86,8 @@ RECORDED_CHOICES = {
     "per_replica_batch": "per_replica_batch_size",
     "global_batch": "global_batch_size",
     "batch_from_data": "batch_size_from_data",
+    "steps_per_execution": "steps_per_execution",
+    "steps_per_execution_from_data": "steps_per_execution_from_data",
     "epochs": "epochs_cap",
     "epochs_run": "epochs_run",
     "early_stopping_patience": "early_stopping_patience",

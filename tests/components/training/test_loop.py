@@ -14,6 +14,7 @@ from components import ConfigError
 from components.training import loop
 from components.training.settings import (
     MAX_AUTO_BATCH,
+    MAX_AUTO_STEPS_PER_EXECUTION,
     MIN_AUTO_BATCH,
     TrainingConfig,
     auto_batch_size,
@@ -39,11 +40,20 @@ def test_an_explicit_batch_size_wins_over_the_data():
     assert TrainingConfig().batch_size_for(None) == MIN_AUTO_BATCH
 
 
+def test_steps_per_call_from_the_epoch_unless_given():
+    assert TrainingConfig().steps_per_execution_for(8) == 8  # penguins: an epoch per call
+    assert TrainingConfig().steps_per_execution_for(110) == MAX_AUTO_STEPS_PER_EXECUTION == 50
+    assert TrainingConfig().steps_per_execution_for(0) == 1
+    assert TrainingConfig(steps_per_execution=1).steps_per_execution_for(110) == 1
+    assert TrainingConfig(steps_per_execution=64).steps_per_execution_for(8) == 64
+
+
 @pytest.mark.parametrize(
     "settings, flag",
     [
         (dict(per_replica_batch_size=0), "--batch_size"),
         (dict(early_stopping_patience=-1), "--early_stopping_patience"),
+        (dict(steps_per_execution=0), "--steps_per_execution"),
     ],
 )
 def test_bad_batch_or_patience_names_the_flag(settings, flag):
@@ -74,6 +84,9 @@ def test_batch_from_the_rows_without_the_flag(transform_run, tmp_path):
     assert result["per_replica_batch"] == auto_batch_size(rows) == 32
     assert result["batch_from_data"] is True
     assert result["steps_per_epoch"] == math.ceil(rows / 32)
+    # An epoch per call of the compiled step (fewer steps than the cap), as the model compiled it.
+    assert result["steps_per_execution"] == result["steps_per_epoch"]
+    assert result["steps_per_execution_from_data"] is True
     # No early stopping: every epoch runs and no best epoch is kept.
     assert result["epochs_run"] == 2 and result["best_epoch"] is None
     assert os.path.isfile(os.path.join(task.model_run_dir, loop.RESULT_FILE))
@@ -90,10 +103,15 @@ def test_early_stopping_ends_before_the_cap_and_keeps_the_best_epoch(transform_r
         early_stopping_patience=2,
         learning_rate=3.0,
         per_replica_batch_size=4,
+        steps_per_execution=3,
     )
     result = loop.train(task)
-    # --batch_size wins over the rows.
+    # --batch_size and --steps_per_execution win over the data; 3 steps a call do not divide an
+    # epoch (a shorter last call), and early stopping works as with one.
     assert result["per_replica_batch"] == 4 and result["batch_from_data"] is False
+    assert result["steps_per_epoch"] % 3
+    assert result["steps_per_execution"] == 3
+    assert result["steps_per_execution_from_data"] is False
     assert result["steps_per_epoch"] == math.ceil(loop.count_records(task.train_files) / 4)
     assert result["stopped_early"] is True
     assert result["epochs_run"] < cap
