@@ -59,8 +59,8 @@ def stack_columns(
     presence, None when no column can be missing).
 
     A few ops whatever the column count: the dense columns of one dtype and rank are stacked by
-    one op, the sparse ones of one dtype scattered into one dense tensor (their row indices and
-    values concatenated), and the parts put back in the columns' order by one gather. (A
+    one op, the sparse ones of one dtype concatenated by one SparseConcat and scattered into one
+    dense tensor, and the parts put back in the columns' order by one gather. (A
     densify, a presence mask and a squeeze per column made the transform graph, and every trace
     and save of it, grow with the columns.) A CSV cell holds at most one value."""
     groups: dict[tuple, list[int]] = {}
@@ -70,25 +70,36 @@ def stack_columns(
             index
         )
     order, values, present = [], [], []
-    batch = None
     for (sparse, _, rank), indices in groups.items():
         group = [columns[index] for index in indices]
         order.extend(indices)
         if sparse:
-            batch = group[0].dense_shape[0]
-            shape = tf.stack([batch, len(group)])
-            rows = tf.concat([column.indices[:, 0] for column in group], axis=0)
-            counts = tf.stack([tf.size(column.values, out_type=tf.int64) for column in group])
-            positions = tf.stack(
-                [rows, tf.repeat(tf.range(len(group), dtype=tf.int64), counts)], axis=1
+            # One SparseConcat along the columns, every input given the shape [batch, 1]: the
+            # column of input i's values is then i (their position in a row is 0).
+            shape = tf.stack([group[0].dense_shape[0], tf.constant(1, tf.int64)])
+            concatenated = tf.sparse.concat(
+                axis=1,
+                sp_inputs=[
+                    tf.SparseTensor(column.indices, column.values, shape) for column in group
+                ],
             )
-            group_values = tf.cast(tf.concat([column.values for column in group], 0), dtype)
+            dense_shape = concatenated.dense_shape
+            group_values = tf.cast(concatenated.values, dtype)
             values.append(
                 tf.tensor_scatter_nd_update(
-                    tf.fill(shape, tf.constant(default, dtype)), positions, group_values
+                    tf.fill(dense_shape, tf.constant(default, dtype)),
+                    concatenated.indices,
+                    group_values,
                 )
             )
-            present.append(tf.scatter_nd(positions, tf.ones_like(group_values, tf.int8), shape) > 0)
+            present.append(
+                tf.scatter_nd(
+                    concatenated.indices, tf.ones_like(group_values, tf.int8), dense_shape
+                )
+                > 0
+            )
+            for part in (values[-1], present[-1]):
+                part.set_shape([None, len(group)])
         else:
             stacked = (tf.stack if rank == 1 else tf.concat)(group, axis=1)
             values.append(tf.cast(stacked, dtype))
@@ -201,14 +212,12 @@ def _text_outputs(columns: dict, label_key: str, label: tf.Tensor | None) -> dic
         )
     if keys:
         indices, sizes = vocabularies.apply_column_vocabularies(stacked, analyzed.lookup_path)
-        for number, (key, column) in enumerate(
-            zip(keys, tf.unstack(indices, num=len(keys), axis=1), strict=True)
-        ):
+        columns = tf.unstack(indices, num=len(keys), axis=1)
+        zero = tf.constant(0, tf.int64)
+        for key, column, size in zip(keys, columns, tf.unstack(sizes, num=len(keys)), strict=True):
             # The schema's int_domain, as tft.apply_vocabulary records it: [0, size] (the OOV
             # bucket included).
-            schema_inference.set_tensor_schema_override(
-                column, tf.constant(0, tf.int64), sizes[number]
-            )
+            schema_inference.set_tensor_schema_override(column, zero, size)
             outputs[features.transformed_name(key)] = column
     return outputs
 
