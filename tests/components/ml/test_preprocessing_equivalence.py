@@ -53,13 +53,23 @@ def vocabulary_names(output) -> list[str]:
     ]
 
 
-def lookup_tables(output) -> int:
-    """The lookup tables (resources) the transform graph's SavedModel holds."""
+def meta_graph(output):
     saved_model = saved_model_pb2.SavedModel()
     path = pathlib.Path(output.transform_savedmodel_dir) / "saved_model.pb"
     saved_model.ParseFromString(path.read_bytes())
-    (meta_graph,) = saved_model.meta_graphs
-    return sum(node.HasField("resource") for node in meta_graph.object_graph_def.nodes)
+    (graph,) = saved_model.meta_graphs
+    return graph
+
+
+def lookup_tables(output) -> int:
+    """The lookup tables (resources) the transform graph's SavedModel holds."""
+    return sum(node.HasField("resource") for node in meta_graph(output).object_graph_def.nodes)
+
+
+def transform_ops(output) -> int:
+    """The ops of the transform graph's function (the largest in its library: the others
+    create, initialize, save and restore its tables)."""
+    return max(len(function.node_def) for function in meta_graph(output).graph_def.library.function)
 
 
 def assert_same_outputs(reference, stacked, label_key):
@@ -149,6 +159,10 @@ def test_wide_table(tmp_path):
     config = {features.LABEL_KEY_CONFIG: synthetic.SYNTH_LABEL_KEY}
     reference, stacked = both(tmp_path, raw, schema, config)
     inputs = assert_same_outputs(reference, stacked, synthetic.SYNTH_LABEL_KEY)
+    # What every trace, save and load of the transform graph handles: the inputs and outputs
+    # (one identity each) and a few ops per column kind, not a densify, a table or a z-score per
+    # column.
+    assert transform_ops(stacked["output"]) * 2 < transform_ops(reference["output"])
     text, numeric = synthetic.wide_columns(columns)
     assert inputs.vocabulary_sizes == {
         **{features.transformed_name(k): synthetic.WIDE_TEXT_VALUES + 1 for k in text},
