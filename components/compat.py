@@ -29,6 +29,7 @@ WRITTEN_FOR = {
     "apache-beam": "2.59.0",
     "tensorflow-model-analysis": "0.47.1",
     "tensorflow": "2.16.2",
+    "tf-keras": "2.16.0",
 }
 
 
@@ -220,3 +221,68 @@ def beam_pipeline_args(executor) -> list[str]:
 
 def set_beam_pipeline_args(executor, args: list[str]) -> None:
     executor._beam_pipeline_args = list(args)  # noqa: SLF001
+
+
+# --- Keras ----------------------------------------------------------------------------------
+# tf-keras builds its train and test functions in Model.make_train_function /
+# make_test_function as tf.functions with AutoGraph on: with several steps per execution the
+# steps run in `for _ in tf.range(steps)`, which needs AutoGraph, and AutoGraph then converts
+# every function the step calls that is not marked (Keras's step and reduction helpers): seconds
+# per process, traced twice for training. The functions below are those of tf-keras 2.16
+# (tf_keras/src/engine/training.py, make_train_function and make_test_function, the branch
+# without a cluster coordinator), with the loop written as a tf.while_loop, built without
+# AutoGraph.
+
+
+def keras_steps_function(model, step, counter):
+    """A tf.function that runs `step` (the model's train_step or test_step, on one batch, in the
+    strategy's replica context) model._steps_per_execution times on an iterator, each step
+    counted in `counter` (model._train_counter / _test_counter), and returns the last step's
+    outputs reduced across replicas, as tf-keras 2.16's multi-step function does."""
+    import tensorflow as tf
+    from tf_keras.src.engine import training as keras_training
+
+    strategy = model.distribute_strategy
+
+    def run_step(data):
+        outputs = step(data)
+        # The counter moves only if the step succeeded.
+        with tf.control_dependencies(keras_training._minimum_control_deps(outputs)):
+            counter.assign_add(1)
+        return outputs
+
+    def one_step(iterator):
+        outputs = strategy.run(run_step, args=(next(iterator),))
+        return keras_training.reduce_per_replica(
+            outputs, strategy, reduction=model.distribute_reduction_method
+        )
+
+    steps = model._steps_per_execution
+    single = steps is None or int(steps.numpy()) == 1
+
+    def steps_function(iterator):
+        outputs = one_step(iterator)
+        if single:
+            return outputs
+        # Read at each call: Keras lowers it for an epoch's last, shorter execution.
+        count = tf.cast(steps, tf.int32)
+        _, outputs = tf.while_loop(
+            lambda done, _: done < count,
+            lambda done, _: (done + 1, one_step(iterator)),
+            (tf.constant(1), outputs),
+        )
+        return outputs
+
+    return tf.function(steps_function, reduce_retracing=True, autograph=False)
+
+
+def keras_runs_own_functions(model) -> bool:
+    """Whether keras_steps_function can stand in for the model's train/test function: not with
+    a cluster coordinator (parameter-server training schedules Keras's own), eager runs, XLA
+    (Keras wraps the step in a jit-compiled function) or autotuned steps per execution."""
+    return not (
+        model._cluster_coordinator
+        or model.run_eagerly
+        or model.jit_compile
+        or model.autotune_steps_per_execution
+    )

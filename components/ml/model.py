@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from components import compat
 from components.ml import features, image_preprocessing, preprocessing
 
 if TYPE_CHECKING:
@@ -33,8 +34,28 @@ class _StepsWithoutAutograph(keras.Model):
     AutoGraph source-converts every Keras function reachable from the step (loss, metrics,
     optimizer, each layer's call), which costs about 13 s per process on a 2-core machine,
     before the first batch. These models have no data-dependent Python control flow, so plain
-    tracing builds the same graph.
+    tracing builds the same graph. The functions that run steps_per_execution steps a call are
+    built without AutoGraph too (compat.keras_steps_function), where Keras allows it.
     """
+
+    def make_train_function(self, force=False):
+        if self.train_function is not None and not force:
+            return self.train_function
+        if not compat.keras_runs_own_functions(self):
+            return super().make_train_function(force)
+        self.train_function = compat.keras_steps_function(
+            self, self.train_step, self._train_counter
+        )
+        self.train_tf_function = self.train_function
+        return self.train_function
+
+    def make_test_function(self, force=False):
+        if self.test_function is not None and not force:
+            return self.test_function
+        if not compat.keras_runs_own_functions(self):
+            return super().make_test_function(force)
+        self.test_function = compat.keras_steps_function(self, self.test_step, self._test_counter)
+        return self.test_function
 
     @tf.autograph.experimental.do_not_convert
     def train_step(self, data):
