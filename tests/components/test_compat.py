@@ -118,3 +118,67 @@ def test_tfma_keras_metrics_without_autograph_compute_the_same_values():
     assert tf_metric_wrapper._CompilableMetricsCombiner._process_batch is stock_process_batch
     assert without_autograph == with_autograph
     assert without_autograph["accuracy"] == 0.75
+
+
+def _small_model(model_class, steps_per_execution: int):
+    import tensorflow as tf
+
+    keras = tf.keras
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input(shape=(4,), name="x")
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    outputs = keras.layers.Dense(3, activation="softmax")(hidden)
+    model = model_class(inputs=inputs, outputs=outputs)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.05),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
+    )
+    return model
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_steps_without_autograph_train_and_evaluate_as_keras_s_own(strategy_name):
+    """The built-in models' multi-step train/test functions (compat.keras_steps_function) give
+    the weights, losses and metrics Keras's own give, with an epoch's last execution shorter
+    than the others (7 steps, 3 a call) and under a distribution strategy; and they are used."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.ml import model as model_lib
+
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal((7 * 16, 4)).astype(np.float32)
+    labels = (features[:, 0] > 0).astype(np.int64) + (features[:, 1] > 1)
+    data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(16)
+    strategy = (
+        tf.distribute.MirroredStrategy()
+        if strategy_name == "mirrored"
+        else tf.distribute.get_strategy()
+    )
+    results = {}
+    for name, model_class in (
+        ("keras", tf.keras.Model),
+        ("ours", model_lib._StepsWithoutAutograph),
+    ):
+        with strategy.scope():
+            model = _small_model(model_class, steps_per_execution=3)
+        history = model.fit(
+            data.repeat(),
+            epochs=2,
+            steps_per_epoch=7,
+            verbose=0,
+            validation_data=data,
+            validation_steps=7,
+        )
+        results[name] = (model.get_weights(), history.history)
+        if name == "ours":
+            assert model.train_function.__name__ == "steps_function"
+            assert model.test_function.__name__ == "steps_function"
+    (keras_weights, keras_history), (our_weights, our_history) = results["keras"], results["ours"]
+    for ours, theirs in zip(our_weights, keras_weights, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+    assert our_history.keys() == keras_history.keys()
+    for key, values in keras_history.items():
+        np.testing.assert_allclose(our_history[key], values, rtol=1e-6, atol=1e-6)
