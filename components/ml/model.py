@@ -39,23 +39,24 @@ class _StepsWithoutAutograph(keras.Model):
     """
 
     def make_train_function(self, force=False):
-        if self.train_function is not None and not force:
-            return self.train_function
+        built = getattr(self, "train_function", None)
+        if built is not None and not force:
+            return built
         if not compat.keras_runs_own_functions(self):
             return super().make_train_function(force)
-        self.train_function = compat.keras_steps_function(
-            self, self.train_step, self._train_counter
-        )
-        self.train_tf_function = self.train_function
-        return self.train_function
+        built = compat.keras_steps_function(self, self.train_step, self._train_counter)
+        self.train_function = self.train_tf_function = built
+        return built
 
     def make_test_function(self, force=False):
-        if self.test_function is not None and not force:
-            return self.test_function
+        built = getattr(self, "test_function", None)
+        if built is not None and not force:
+            return built
         if not compat.keras_runs_own_functions(self):
             return super().make_test_function(force)
-        self.test_function = compat.keras_steps_function(self, self.test_step, self._test_counter)
-        return self.test_function
+        built = compat.keras_steps_function(self, self.test_step, self._test_counter)
+        self.test_function = built
+        return built
 
     @tf.autograph.experimental.do_not_convert
     def train_step(self, data):
