@@ -39,23 +39,35 @@ class _StepsWithoutAutograph(keras.Model):
     """
 
     def make_train_function(self, force=False):
-        built = getattr(self, "train_function", None)
-        if built is not None and not force:
-            return built
-        if not compat.keras_runs_own_functions(self):
-            return super().make_train_function(force)
-        built = compat.keras_steps_function(self, self.train_step, self._train_counter)
-        self.train_function = self.train_tf_function = built
-        return built
+        return self._steps_function(
+            ("train_function", "train_tf_function"),
+            super().make_train_function,
+            self.train_step,
+            self._train_counter,
+            force,
+        )
 
     def make_test_function(self, force=False):
-        built = getattr(self, "test_function", None)
+        return self._steps_function(
+            ("test_function",),
+            super().make_test_function,
+            self.test_step,
+            self._test_counter,
+            force,
+        )
+
+    def _steps_function(self, attributes: tuple[str, ...], keras_own, step, counter, force: bool):
+        """The model's cached function (attributes[0]: train_function, test_function), else
+        compat.keras_steps_function over `step`, kept in every one of `attributes`, else (where
+        Keras must build it) keras_own."""
+        built = getattr(self, attributes[0], None)
         if built is not None and not force:
             return built
         if not compat.keras_runs_own_functions(self):
-            return super().make_test_function(force)
-        built = compat.keras_steps_function(self, self.test_step, self._test_counter)
-        self.test_function = built
+            return keras_own(force)
+        built = compat.keras_steps_function(self, step, counter)
+        for attribute in attributes:
+            setattr(self, attribute, built)
         return built
 
     @tf.autograph.experimental.do_not_convert
