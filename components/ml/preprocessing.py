@@ -76,7 +76,17 @@ def stack_columns(
         if sparse:
             # One SparseConcat along the columns, every input given the shape [batch, 1]: the
             # column of input i's values is then i (their position in a row is 0).
-            shape = tf.stack([group[0].dense_shape[0], tf.constant(1, tf.int64)])
+            # A second value in a row would land in the next column: refused instead.
+            # (The max of no positions, when every value of the batch is missing, is int64's min.)
+            one_value = tf.debugging.assert_less_equal(
+                tf.reduce_max(tf.concat([column.indices for column in group], 0)[:, 1]),
+                tf.constant(0, tf.int64),
+                message="a column holds more than one value in a row; this preprocessing_fn "
+                "reads CSV columns (one value per cell): use your own preprocessing_fn "
+                "(--module_file) for multi-valued features",
+            )
+            with tf.control_dependencies([one_value]):
+                shape = tf.stack([group[0].dense_shape[0], tf.constant(1, tf.int64)])
             concatenated = tf.sparse.concat(
                 axis=1,
                 sp_inputs=[

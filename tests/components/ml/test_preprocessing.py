@@ -97,3 +97,34 @@ def test_label_counts_of_the_analyzed_rows_give_balanced_class_weights(transform
         [len(seen) / len(names)] * len(names)
     )
     assert loop.class_weights(TrainingConfig(), output) is None
+
+
+def test_stacked_columns_keep_each_value_in_its_column_and_refuse_a_second_value_in_a_row():
+    from components.ml.preprocessing import stack_columns
+
+    def one_per_row(rows: list[int], values: list[float]):
+        """A nullable column of 3 rows, as parsed: values at (row, 0)."""
+        return tf.SparseTensor([[row, 0] for row in rows], values, [3, 1])
+
+    dense = tf.constant([1.0, 2.0, 3.0])
+    missing_everywhere = tf.SparseTensor(
+        tf.zeros([0, 2], tf.int64), tf.zeros([0], tf.float32), [3, 0]
+    )
+    values, present = stack_columns(
+        [one_per_row([0, 2], [5.0, 6.0]), dense, missing_everywhere, one_per_row([1], [7.0])],
+        tf.float32,
+        0.0,
+    )
+    assert values.numpy().tolist() == [
+        [5.0, 1.0, 0.0, 0.0],
+        [0.0, 2.0, 0.0, 7.0],
+        [6.0, 3.0, 0.0, 0.0],
+    ]
+    assert present.numpy().tolist() == [
+        [True, True, False, False],
+        [False, True, False, True],
+        [True, True, False, False],
+    ]
+    two_in_a_row = tf.SparseTensor([[0, 0], [0, 1]], [1.0, 2.0], [3, 2])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="more than one value in a row"):
+        stack_columns([two_in_a_row, one_per_row([1], [7.0])], tf.float32, 0.0)
