@@ -69,7 +69,8 @@ def constant_batch(inputs, batch: int, seed: int = 0):
 
 
 def measure(columns: int, batch: int, rounds: int, steps: int) -> dict:
-    """{"before"/"after": fastest ms per step (wall), and CPU ms of that round}."""
+    """{"before", "after", AFTER_PER_CALL: fastest ms per step (wall), and CPU ms of that
+    round}."""
     import dataclasses
 
     from benchmarks import per_column_model

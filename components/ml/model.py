@@ -117,7 +117,7 @@ def _compile(model: keras.Model, settings) -> keras.Model:
 def steps_per_execution(settings) -> int:
     """The steps per call of the compiled train/eval function the Trainer planned (the settings
     a hook gets carry it; 1 where nothing was planned: tests, notebooks)."""
-    return getattr(settings, "steps_per_execution", None) or 1
+    return settings.steps_per_execution or 1
 
 
 @dataclasses.dataclass(frozen=True)

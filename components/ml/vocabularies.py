@@ -16,10 +16,10 @@ transform graph: created and initialized from its file in each of the preprocess
 traces, serialized with functions of its own in every SavedModel that holds it (the transform
 graph, the serving model) and rebuilt at every load. So the same step also writes one file
 holding every `indexed` column's vocabulary, each entry prefixed with its column's number
-(`lookup_key`), with each column's first line and size; `apply_column_vocabularies` looks all
-those columns up in one table and gives the index `tft.apply_vocabulary` would have given in
-the column's own file (its line there; unseen values the one OOV bucket at the vocabulary's
-size).
+(`lookup_key`) and each column headed by its number alone (`lookup_lines`);
+`apply_column_vocabularies` looks all those columns up in one table and gives the index
+`tft.apply_vocabulary` would have given in the column's own file (its line there; unseen values
+the one OOV bucket at the vocabulary's size).
 """
 
 from __future__ import annotations
@@ -183,11 +183,11 @@ class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
 @dataclasses.dataclass(frozen=True)
 class ColumnVocabularies:
     """What column_vocabularies gives: the path of each column's vocabulary file (`paths`, in
-    the order of `names`), of each counted column's file with counts (`counts_paths`), and of the
-    lookup file of the indexed columns (`lookup_path`, for apply_column_vocabularies)."""
+    the order of `names`) and of the lookup file of the indexed columns (`lookup_path`, for
+    apply_column_vocabularies). The counted columns' files with counts are assets too, read by
+    name (vocabulary_by_name(counts_name(...)))."""
 
     paths: list[tf.Tensor]
-    counts_paths: list[tf.Tensor]
     lookup_path: tf.Tensor
 
 
@@ -219,7 +219,6 @@ def column_vocabularies(
         tft.annotate_asset(name, file_name(name))
     return ColumnVocabularies(
         paths=list(paths[: len(names)]),
-        counts_paths=list(paths[len(names) : len(written)]),
         lookup_path=paths[len(written)],
     )
 
