@@ -92,6 +92,111 @@ def transform_processor(factory: Callable[[], Any]) -> Iterator[None]:
         yield
 
 
+# tf.Transform walks its graphs once per output where one walk would do, which on a wide table
+# (one analyzer over every text column, so every output depends on most inputs) is outputs x
+# graph (tensorflow-transform 1.16.0):
+# - building the Beam pipeline and writing the transform graph, it fingerprints each analyzer
+#   output: the input keys it depends on are found by testing every source placeholder against
+#   every input's list of components (graph_tools._retrieve_source_keys: outputs x inputs x
+#   sources);
+# - each load of the transform graph (3 in Transform, 1 in the Trainer's export) walks the whole
+#   graph back from each of its outputs to find the inputs it needs
+#   (saved_transform_io_v2._get_output_to_inputs_map), about 0.5 s of a 0.9 s load at 80
+#   columns.
+# The same results: the keys tested against a set, and one walk that remembers each op's sources.
+
+
+def _retrieve_source_keys_by_set(sourced_tensors, structured_inputs) -> set[str]:
+    """graph_tools._retrieve_source_keys's result, with the sources in a set of references
+    (Tensor.ref(): hashed and compared by identity, as the list's `in` compared them)."""
+    from tensorflow_transform import graph_tools, tf_utils
+
+    sources = graph_tools.retrieve_sources(
+        [tensor.op for tensor in sourced_tensors], ignore_control_dependencies=True
+    )
+    references = {tf_utils.hashable_tensor_or_op(source) for source in sources}
+    return {
+        key
+        for key, value in structured_inputs.items()
+        if any(
+            tf_utils.hashable_tensor_or_op(component) in references
+            for component in graph_tools._decompose_tensor_or_op(value)  # noqa: SLF001
+        )
+    }
+
+
+class _CycleInGraph(Exception):
+    """A data edge cycle (TF1 while loops): the remembering walk leaves it to tft's own."""
+
+
+def _placeholders_behind(op, memo: dict) -> frozenset:
+    """The Placeholder ops `op` depends on through data inputs (graph_tools.retrieve_sources
+    with ignore_control_dependencies, which returns their outputs), remembered per op in
+    `memo` so that outputs sharing a graph walk it once."""
+    stack, open_ops = [op], set()
+    while stack:
+        current = stack[-1]
+        if current in memo:
+            stack.pop()
+            continue
+        pending = [tensor.op for tensor in current.inputs if tensor.op not in memo]
+        if pending and current not in open_ops:
+            open_ops.add(current)
+            stack.extend(pending)
+            continue
+        if pending:
+            raise _CycleInGraph(current.name)
+        stack.pop()
+        open_ops.discard(current)
+        found = {current} if current.type == "Placeholder" else set()
+        for tensor in current.inputs:
+            found.update(memo[tensor.op])
+        memo[current] = frozenset(found)
+    return memo[op]
+
+
+def _output_to_inputs_map_remembered(output_signature) -> dict:
+    """saved_transform_io_v2._get_output_to_inputs_map's result (per output name, the
+    placeholder tensors it depends on, as an ObjectIdentitySet), from one walk of the graph."""
+    from tensorflow.python.util import object_identity
+    from tensorflow_transform.saved import saved_transform_io_v2
+
+    memo: dict = {}
+    result = {}
+    try:
+        for name, output in output_signature.items():
+            placeholders: set = set()
+            for component in saved_transform_io_v2._get_component_tensors(output):  # noqa: SLF001
+                sink = saved_transform_io_v2._as_operation(component)  # noqa: SLF001
+                placeholders.update(_placeholders_behind(sink, memo))
+            result[name] = object_identity.ObjectIdentitySet(
+                tensor for placeholder in placeholders for tensor in placeholder.outputs
+            )
+    except _CycleInGraph:
+        return _STOCK["_get_output_to_inputs_map"](output_signature)
+    return result
+
+
+@contextlib.contextmanager
+def transform_graph_walks_once() -> Iterator[None]:
+    """While active, tf.Transform's fingerprints and transform graph loads walk its graphs once
+    (in this process: a runner's SDK workers use tft's own, with the same results)."""
+    from tensorflow_transform import graph_tools
+    from tensorflow_transform.saved import saved_transform_io_v2
+
+    _STOCK.setdefault(
+        "_get_output_to_inputs_map",
+        saved_transform_io_v2._get_output_to_inputs_map,  # noqa: SLF001
+    )
+    with (
+        mock.patch.object(graph_tools, "_retrieve_source_keys", _retrieve_source_keys_by_set),
+        mock.patch.object(
+            saved_transform_io_v2, "_get_output_to_inputs_map", _output_to_inputs_map_remembered
+        ),
+    ):
+        yield
+
+
 def tfexample_record_parts(tfxio) -> tuple[Any, Any]:
     """(file pattern, schema) of a tfx_bsl TFExampleRecord, which keeps both private."""
     return tfxio._file_pattern, tfxio._schema  # noqa: SLF001
@@ -117,7 +222,8 @@ class TransformGraph:
     def __init__(self, transform_savedmodel_dir: str):
         from tensorflow_transform.saved import saved_transform_io_v2
 
-        self._loader = saved_transform_io_v2.SavedModelLoader(transform_savedmodel_dir)
+        with transform_graph_walks_once():
+            self._loader = saved_transform_io_v2.SavedModelLoader(transform_savedmodel_dir)
         # tft's TransformFeaturesLayer tracks the same dict (output_wrapper.py, __init__): its
         # values include what apply_transform_model creates on first use.
         self.trackable = self._loader.__dict__

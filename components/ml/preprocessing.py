@@ -218,7 +218,7 @@ def _text_outputs(columns: dict, label_key: str, label: tf.Tensor | None) -> dic
     outputs = {}
     if label is not None:
         outputs[features.transformed_name(label_key)] = tft.apply_vocabulary(
-            label, analyzed.paths[len(keys)], default_value=-1
+            label, analyzed.paths[features.LABEL_VOCABULARY], default_value=-1
         )
     if keys:
         indices, sizes = vocabularies.apply_column_vocabularies(stacked, analyzed.lookup_path)

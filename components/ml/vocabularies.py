@@ -19,7 +19,10 @@ holding every `indexed` column's vocabulary, each entry prefixed with its column
 (`lookup_key`) and each column headed by its number alone (`lookup_lines`);
 `apply_column_vocabularies` looks all those columns up in one table and gives the index
 `tft.apply_vocabulary` would have given in the column's own file (its line there; unseen values
-the one OOV bucket at the vocabulary's size).
+the one OOV bucket at the vocabulary's size). The indexed columns' own files are then no
+outputs of the analyzer (each output is fingerprinted against every input and gets Beam stages
+of its own): they are written beside the lookup file and made assets of the transform graph
+with it.
 """
 
 from __future__ import annotations
@@ -125,24 +128,27 @@ def _write_vocabularies(counters, directory: str, names: Sequence[str], counted,
     """One vocabulary file per column; then for each counted column the same tokens in the same
     order with their counts, one `COUNT TOKEN` line each (the format tft.vocabulary writes with
     store_frequency=True, which TFTransformOutput.vocabulary_by_name reads back); then the
-    lookup file of the indexed columns."""
+    lookup file of the indexed columns. Returns the analyzer's outputs: the paths of the files
+    of the columns not indexed, of the counts files and of the lookup file (the indexed columns'
+    own files sit beside the lookup file: column_vocabularies)."""
     tf.io.gfile.makedirs(directory)
     tokens = [ordered_tokens(counts) for counts in counters]
-    paths = [
-        _write_file(os.path.join(directory, file_name(name)), column)
-        for column, name in zip(tokens, names, strict=True)
-    ]
+    outputs = []
+    for index, (column, name) in enumerate(zip(tokens, names, strict=True)):
+        path = _write_file(os.path.join(directory, file_name(name)), column)
+        if index not in indexed:
+            outputs.append(path)
     for index in counted:
         counts = counters[index]
-        paths.append(
+        outputs.append(
             _write_file(
                 os.path.join(directory, file_name(counts_name(names[index]))),
                 (b"%d %s" % (counts.get(token, 0), token) for token in tokens[index]),
             )
         )
     lookup = lookup_lines([tokens[index] for index in indexed])
-    paths.append(_write_file(os.path.join(directory, LOOKUP_FILE_NAME), lookup))
-    return tuple(paths)
+    outputs.append(_write_file(os.path.join(directory, LOOKUP_FILE_NAME), lookup))
+    return tuple(outputs)
 
 
 def _pick(paths: tuple, index: int):
@@ -150,8 +156,9 @@ def _pick(paths: tuple, index: int):
 
 
 class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
-    """[batch, columns] string batches -> one vocabulary file path per column, the counted
-    columns' files with counts, and the lookup file of the indexed columns."""
+    """[batch, columns] string batches -> the vocabulary file paths of the columns not indexed,
+    the counted columns' files with counts, and the lookup file of the indexed columns (the
+    indexed columns' files are written beside it)."""
 
     def __init__(self, names: Sequence[str], counted: Sequence[int], indexed: Sequence[int]):
         super().__init__()
@@ -174,20 +181,20 @@ class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
                 indexed=self._indexed,
             )
         )
+        outputs = len(self._names) - len(self._indexed) + len(self._counted) + 1
         return tuple(
-            paths | f"Path[{index}]" >> beam.Map(_pick, index=index)
-            for index in range(len(self._names) + len(self._counted) + 1)
+            paths | f"Path[{index}]" >> beam.Map(_pick, index=index) for index in range(outputs)
         )
 
 
 @dataclasses.dataclass(frozen=True)
 class ColumnVocabularies:
-    """What column_vocabularies gives: the path of each column's vocabulary file (`paths`, in
-    the order of `names`) and of the lookup file of the indexed columns (`lookup_path`, for
-    apply_column_vocabularies). The counted columns' files with counts are assets too, read by
-    name (vocabulary_by_name(counts_name(...)))."""
+    """What column_vocabularies gives: the vocabulary file of each column not indexed, by name
+    (`paths`), and the lookup file of the indexed columns (`lookup_path`, for
+    apply_column_vocabularies). Every column's vocabulary file, and the counted columns' files
+    with counts, are transform graph assets, read by name (vocabulary_by_name)."""
 
-    paths: list[tf.Tensor]
+    paths: dict[str, tf.Tensor]
     lookup_path: tf.Tensor
 
 
@@ -200,27 +207,54 @@ def column_vocabularies(
     """One analyzer over the columns of a dense [batch, columns] string tensor: each one's
     vocabulary file, written as `names[i]` (for vocabulary_by_name); for each index in `counted`
     that column's vocabulary with counts (`counts_name(names[i])`); and the lookup file of the
-    columns in `indexed`."""
+    columns in `indexed`.
+
+    The indexed columns' own files are not outputs of the analyzer: tf.Transform fingerprints
+    each output against every input it depends on and gives each its own Beam stages and graph
+    tensor, a cost per column of a wide table (about 3 s at 40 text columns here). They are
+    written beside the lookup file and become assets of the transform graph with it
+    (_assets_beside)."""
     if stacked.shape.rank != 2 or stacked.shape[1] != len(names) or not names:
         raise ValueError(f"{stacked.shape} columns for {len(names)} vocabulary name(s)")
     indexed = tuple(indexed)
-    written = [*names, *(counts_name(names[index]) for index in counted)]
+    unindexed = [name for index, name in enumerate(names) if index not in indexed]
+    outputs = len(unindexed) + len(counted) + 1
     paths = tft.experimental.ptransform_analyzer(
         inputs=[stacked],
         ptransform=_ColumnVocabularies(names, counted, indexed),
-        output_dtypes=[tf.string] * (len(written) + 1),
-        output_shapes=[[]] * (len(written) + 1),
+        output_dtypes=[tf.string] * outputs,
+        output_shapes=[[]] * outputs,
         # Before analysis: files a table can be initialized from (not empty), which hold none
         # of the values looked up.
-        output_asset_default_values=[_EMPTY_VOCABULARY_TOKEN] * (len(written) + 1),
+        output_asset_default_values=[_EMPTY_VOCABULARY_TOKEN] * outputs,
         name="column_vocabularies",
     )
-    for name in written:
+    for name in [*names, *(counts_name(names[index]) for index in counted)]:
         tft.annotate_asset(name, file_name(name))
+    lookup_path = paths[-1]
+    _assets_beside(lookup_path, [file_name(names[index]) for index in indexed])
     return ColumnVocabularies(
-        paths=list(paths[: len(names)]),
-        lookup_path=paths[len(written)],
+        paths=dict(zip(unindexed, paths[: len(unindexed)], strict=True)),
+        lookup_path=lookup_path,
     )
+
+
+def _assets_beside(path: tf.Tensor, file_names: Sequence[str]) -> None:
+    """Make the files `file_names` in the directory of the analyzer output `path` assets of the
+    transform graph, as the output itself is. tf.Transform turns every path in the graph's
+    ASSET_FILEPATHS collection into a `tf.saved_model.Asset` of the SavedModel it writes
+    (saved_transform_io_v2.trace_and_update_module), and in the trace it writes after analysis
+    an analyzer's output is its value, an eager constant; in the traces before, a placeholder
+    that names no file yet."""
+    if tf.is_symbolic_tensor(path):
+        return
+    directory = os.path.dirname(path.numpy().decode())
+    with tf.init_scope():
+        for name in file_names:
+            tf.compat.v1.add_to_collection(
+                tf.compat.v1.GraphKeys.ASSET_FILEPATHS,
+                tf.constant(os.path.join(directory, name)),
+            )
 
 
 def apply_column_vocabularies(

@@ -182,3 +182,129 @@ def test_steps_without_autograph_train_and_evaluate_as_keras_s_own(strategy_name
     assert our_history.keys() == keras_history.keys()
     for key, values in keras_history.items():
         np.testing.assert_allclose(our_history[key], values, rtol=1e-6, atol=1e-6)
+
+
+def _wide_preprocessing_fn(inputs):
+    """Analyzers over one column, over a stack of several (dense and sparse), and over none."""
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    # The nullable column's value or 0, as [batch, 1] (a row holds at most one value here).
+    padded = tf.pad(tf.sparse.to_dense(inputs["sparse_a"]), [[0, 0], [0, 1]])
+    dense = tf.ensure_shape(padded[:, :1], [None, 1])
+    stacked = tf.concat([inputs["dense_a"], inputs["dense_b"], dense], axis=1)
+    return {
+        "z": tft.scale_to_z_score(stacked, elementwise=True),
+        "vocab": tft.compute_and_apply_vocabulary(inputs["text"]),
+        "constant_mean": tf.fill([1], tft.mean(tf.constant([1.0, 2.0]))),
+        "untouched": inputs["dense_c"],
+        "sparse_twice": dense * 2.0,
+    }
+
+
+def test_transform_fingerprints_find_the_keys_tft_s_own_find(tmp_path):
+    """Each analyzer output of a traced preprocessing_fn gets the same input keys and
+    fingerprint from the set-based search as from tft's own."""
+    import tensorflow as tf
+    from tensorflow_transform import graph_tools, impl_helper
+
+    specs = {
+        "dense_a": tf.TensorSpec([None, 1], tf.float32),
+        "dense_b": tf.TensorSpec([None, 1], tf.float32),
+        "dense_c": tf.TensorSpec([None, 1], tf.float32),
+        "sparse_a": tf.SparseTensorSpec([None, 1], tf.float32),
+        "text": tf.TensorSpec([None], tf.string),
+    }
+    graph, inputs, _ = impl_helper.trace_preprocessing_function(
+        _wide_preprocessing_fn, specs, use_tf_compat_v1=False, base_temp_dir=str(tmp_path)
+    )
+    stock = graph_tools.get_analyzers_fingerprint(graph, inputs)
+    with compat.transform_graph_walks_once():
+        once = graph_tools.get_analyzers_fingerprint(graph, inputs)
+    assert graph_tools._retrieve_source_keys is not compat._retrieve_source_keys_by_set  # noqa: SLF001
+    assert once == stock
+    keys = {frozenset(fingerprint.source_keys) for fingerprint in stock.values()}
+    assert keys == {frozenset({"dense_a", "dense_b", "sparse_a"}), frozenset({"text"}), frozenset()}
+
+
+def test_transform_graph_loads_find_the_inputs_tft_s_own_find(tmp_path):
+    """A written transform graph, loaded with and without the one-walk map: per output the same
+    input placeholders, and the same transformed values from a partial feed."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_transform.saved import saved_transform_io_v2
+    from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
+
+    from tests.components.conftest import analyze_and_transform
+
+    raw = [
+        {"dense_a": [1.0], "dense_b": [2.0], "dense_c": [3.0], "sparse_a": [4.0], "text": b"x"},
+        {"dense_a": [5.0], "dense_b": [6.0], "dense_c": [7.0], "sparse_a": [], "text": b"y"},
+    ]
+    spec = {
+        name: tf.io.FixedLenFeature([1], tf.float32) for name in ("dense_a", "dense_b", "dense_c")
+    }
+    spec["sparse_a"] = tf.io.VarLenFeature(tf.float32)
+    spec["text"] = tf.io.FixedLenFeature([], tf.string)
+    written = analyze_and_transform(
+        tmp_path,
+        raw,
+        dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(spec)),
+        _wide_preprocessing_fn,
+    )
+    directory = written["output"].transform_savedmodel_dir
+    stock = saved_transform_io_v2.SavedModelLoader(directory)
+    with compat.transform_graph_walks_once():
+        once = saved_transform_io_v2.SavedModelLoader(directory)
+    assert saved_transform_io_v2._get_output_to_inputs_map is not (  # noqa: SLF001
+        compat._output_to_inputs_map_remembered  # noqa: SLF001
+    )
+
+    def names(loader):
+        return {
+            output: sorted(tensor.name for tensor in placeholders)
+            for output, placeholders in loader._output_to_inputs_map.items()  # noqa: SLF001
+        }
+
+    assert names(once) == names(stock)
+
+    # The function's inputs are named inputs, inputs_1, ...; the rest are captured values.
+    def inputs(output):
+        return [name for name in names(stock)[output] if name.startswith("inputs")]
+
+    assert len(inputs("z")) == 5  # dense_a, dense_b and the sparse column's 3 tensors
+    assert len(inputs("untouched")) == 1 and inputs("constant_mean") == []
+    # Fed only dense_c: only the outputs that need nothing else come back, as from tft's own.
+    feed = {"dense_c": tf.constant([[3.0], [7.0]])}
+    stock_out = stock.apply_transform_model(feed)
+    once_out = once.apply_transform_model(feed)
+    assert sorted(once_out) == sorted(stock_out) == ["constant_mean", "untouched"]
+    for name in stock_out:
+        np.testing.assert_array_equal(once_out[name].numpy(), stock_out[name].numpy())
+
+
+def test_a_graph_with_a_data_cycle_is_left_to_tft_s_own_walk():
+    """TF1 while loops close a data cycle (NextIteration -> Merge): the one-walk map falls back
+    to tft's walk, which handles it."""
+    import tensorflow as tf
+    from tensorflow_transform.saved import saved_transform_io_v2
+
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
+            y = tf.compat.v1.placeholder(tf.float32, [None], name="y")
+            _, looped = tf.compat.v1.while_loop(
+                lambda i, value: i < 3, lambda i, value: (i + 1, value * 2.0), [0, x]
+            )
+            outputs = {"looped": looped, "y": y + 1.0}
+            with pytest.raises(compat._CycleInGraph):  # noqa: SLF001
+                compat._placeholders_behind(looped.op, {})  # noqa: SLF001
+            with compat.transform_graph_walks_once():
+                found = saved_transform_io_v2._get_output_to_inputs_map(outputs)  # noqa: SLF001
+            assert {name: sorted(t.name for t in found[name]) for name in found} == {
+                "looped": ["x:0"],
+                "y": ["y:0"],
+            }
+    finally:
+        tf.compat.v1.enable_control_flow_v2()

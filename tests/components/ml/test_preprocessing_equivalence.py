@@ -16,7 +16,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
 from benchmarks import per_column_preprocessing
-from components.ml import features, model, preprocessing
+from components.ml import features, model, preprocessing, vocabularies
 from components.training.settings import TrainingConfig
 from pipeline import preflight
 from pipeline.datasets import synthetic
@@ -72,6 +72,12 @@ def transform_ops(output) -> int:
     return max(len(function.node_def) for function in meta_graph(output).graph_def.library.function)
 
 
+def asset_files(output) -> set[str]:
+    """The files the transform graph's SavedModel lists as its assets (what a save of a model
+    holding the graph copies), against the ones only found in its assets directory."""
+    return {asset.filename for asset in meta_graph(output).asset_file_def}
+
+
 def assert_same_outputs(reference, stacked, label_key):
     old, new = reference["output"], stacked["output"]
     assert new.transformed_feature_spec() == old.transformed_feature_spec()
@@ -89,6 +95,13 @@ def assert_same_outputs(reference, stacked, label_key):
         if name == features.vocabulary_name(label_key):
             name = features.LABEL_VOCABULARY
         assert new.vocabulary_by_name(name) == old.vocabulary_by_name(name), name
+    # Every vocabulary file is an asset of the graph, as each was when it was its own
+    # analyzer's output; beside them the lookup file of all text features and (where the
+    # reference did not count the classes) the label's vocabulary with counts.
+    assert asset_files(old) <= asset_files(new)
+    label_counts = vocabularies.file_name(vocabularies.counts_name(features.LABEL_VOCABULARY))
+    extra = asset_files(new) - asset_files(old) - {label_counts}
+    assert extra == ({vocabularies.LOOKUP_FILE_NAME} if text else set())
     settings = TrainingConfig()
     old_inputs = model.ModelInputs.of(old, label_key, settings)
     new_inputs = model.ModelInputs.of(new, label_key, settings)
