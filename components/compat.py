@@ -340,11 +340,17 @@ def set_beam_pipeline_args(executor, args: list[str]) -> None:
 # AutoGraph.
 
 
-def keras_steps_function(model, step, counter):
+def keras_steps_function(model, step, counter, returns_metrics: bool = False):
     """A tf.function that runs `step` (the model's train_step or test_step, on one batch, in the
     strategy's replica context) model._steps_per_execution times on an iterator, each step
     counted in `counter` (model._train_counter / _test_counter), and returns the last step's
-    outputs reduced across replicas, as tf-keras 2.16's multi-step function does."""
+    outputs reduced across replicas, as tf-keras 2.16's multi-step function does.
+
+    Keras traces the step twice per function: once before its loop (the loop needs the
+    outputs' structure) and once inside it. returns_metrics: the step returns what Keras's own
+    train_step and test_step return, the model's metric results after its update
+    (Model.compute_metrics -> get_metrics_result); then every step runs inside the loop, traced
+    once, and the results are read after it, which is what the last step would have returned."""
     import tensorflow as tf
     from tf_keras.src.engine import training as keras_training
 
@@ -357,21 +363,32 @@ def keras_steps_function(model, step, counter):
             counter.assign_add(1)
         return outputs
 
-    def one_step(iterator):
-        outputs = strategy.run(run_step, args=(next(iterator),))
+    def reduced(outputs):
         return keras_training.reduce_per_replica(
             outputs, strategy, reduction=model.distribute_reduction_method
         )
+
+    def one_step(iterator):
+        return reduced(strategy.run(run_step, args=(next(iterator),)))
 
     steps = model._steps_per_execution
     single = steps is None or int(steps.numpy()) == 1
 
     def steps_function(iterator):
-        outputs = one_step(iterator)
         if single:
-            return outputs
+            return one_step(iterator)
         # Read at each call: Keras lowers it for an epoch's last, shorter execution.
         count = tf.cast(steps, tf.int32)
+        if returns_metrics:
+
+            def counted_step(done):
+                with tf.control_dependencies(tf.nest.flatten(one_step(iterator))):
+                    return done + 1
+
+            (done,) = tf.while_loop(lambda done: done < count, counted_step, (tf.constant(0),))
+            with tf.control_dependencies([done]):
+                return reduced(strategy.run(model.get_metrics_result))
+        outputs = one_step(iterator)
         _, outputs = tf.while_loop(
             lambda done, _: done < count,
             lambda done, _: (done + 1, one_step(iterator)),

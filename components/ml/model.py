@@ -65,7 +65,10 @@ class _StepsWithoutAutograph(keras.Model):
             return built
         if not compat.keras_runs_own_functions(self):
             return keras_own(force)
-        built = compat.keras_steps_function(self, step, counter)
+        # Keras's own train_step and test_step (called by the steps below) return the metric
+        # results compute_metrics gives; a subclass that changes compute_metrics may not.
+        returns_metrics = type(self).compute_metrics is keras.Model.compute_metrics
+        built = compat.keras_steps_function(self, step, counter, returns_metrics)
         for attribute in attributes:
             setattr(self, attribute, built)
         return built
