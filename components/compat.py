@@ -197,6 +197,61 @@ def transform_graph_walks_once() -> Iterator[None]:
         yield
 
 
+# TFX's Transform executor inspects the preprocessing_fn three times before its Beam pipeline
+# (tfx/components/transform/executor.py, TFX 1.16.0: get_analyze_input_columns in Transform()
+# and again in _RunBeamImpl, get_transform_input_columns once), and each inspection traces the
+# function anew (tensorflow_transform/inspect_preprocessing_fn.py calls
+# impl_helper.trace_preprocessing_function without a temp dir); a trace costs about 0.5 s at 80
+# columns. The inspections only read the traced graph, so one trace serves all three.
+
+
+class _InspectionTraces:
+    """impl_helper.trace_preprocessing_function for tft's inspections, each (function, specs,
+    compat mode) traced once while the scope lasts."""
+
+    def __init__(self, stock):
+        self._stock = stock
+        self._traced: dict = {}
+
+    def __call__(self, preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir=None):
+        if base_temp_dir is not None:
+            return self._stock(preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir)
+        key = (
+            id(preprocessing_fn),
+            tuple(sorted((name, repr(spec)) for name, spec in input_specs.items())),
+            use_tf_compat_v1,
+        )
+        if key not in self._traced:
+            # The function is kept with its trace, so that its id is not reused meanwhile.
+            traced = self._stock(preprocessing_fn, input_specs, use_tf_compat_v1)
+            self._traced[key] = (preprocessing_fn, traced)
+        return self._traced[key][1]
+
+
+@contextlib.contextmanager
+def transform_inspections_traced_once() -> Iterator[None]:
+    """While active, tft.get_analyze_input_columns and tft.get_transform_input_columns (what
+    TFX's Transform executor calls) share one trace per preprocessing_fn and specs; nothing
+    else sees the shared traces."""
+    import tensorflow_transform as tft
+    from tensorflow_transform import impl_helper
+
+    traces = _InspectionTraces(impl_helper.trace_preprocessing_function)
+
+    def sharing(inspect):
+        @functools.wraps(inspect)
+        def inspect_with_shared_trace(*args, **kwargs):
+            with mock.patch.object(impl_helper, "trace_preprocessing_function", traces):
+                return inspect(*args, **kwargs)
+
+        return inspect_with_shared_trace
+
+    with contextlib.ExitStack() as stack:
+        for name in ("get_analyze_input_columns", "get_transform_input_columns"):
+            stack.enter_context(mock.patch.object(tft, name, sharing(getattr(tft, name))))
+        yield
+
+
 def tfexample_record_parts(tfxio) -> tuple[Any, Any]:
     """(file pattern, schema) of a tfx_bsl TFExampleRecord, which keeps both private."""
     return tfxio._file_pattern, tfxio._schema  # noqa: SLF001

@@ -329,3 +329,44 @@ def test_a_graph_with_a_data_cycle_is_left_to_tft_s_own_walk():
             }
     finally:
         tf.compat.v1.enable_control_flow_v2()
+
+
+def test_tft_inspections_share_one_trace_and_find_the_same_columns():
+    """What TFX's Transform executor asks before its pipeline (the analyzers' input columns
+    twice, the transform's once) from one trace, with tft's own answers; outside the scope,
+    and for another function, each call traces again."""
+    import tensorflow as tf
+    import tensorflow_transform as tft
+    from tensorflow_transform import impl_helper
+
+    specs = {
+        "dense_a": tf.TensorSpec([None, 1], tf.float32),
+        "dense_b": tf.TensorSpec([None, 1], tf.float32),
+        "dense_c": tf.TensorSpec([None, 1], tf.float32),
+        "sparse_a": tf.SparseTensorSpec([None, 1], tf.float32),
+        "text": tf.TensorSpec([None], tf.string),
+    }
+    stock = (
+        tft.get_analyze_input_columns(_wide_preprocessing_fn, specs),
+        tft.get_transform_input_columns(_wide_preprocessing_fn, specs),
+    )
+    assert sorted(stock[0]) == ["dense_a", "dense_b", "sparse_a", "text"]
+    assert sorted(stock[1]) == sorted(specs)
+
+    def only_text(inputs):
+        return {"vocab": tft.compute_and_apply_vocabulary(inputs["text"])}
+
+    stock_trace = impl_helper.trace_preprocessing_function
+    with mock.patch.object(impl_helper, "trace_preprocessing_function", wraps=stock_trace) as spy:
+        with compat.transform_inspections_traced_once():
+            shared = (
+                tft.get_analyze_input_columns(_wide_preprocessing_fn, specs),
+                tft.get_analyze_input_columns(_wide_preprocessing_fn, specs),
+                tft.get_transform_input_columns(_wide_preprocessing_fn, specs),
+            )
+            assert tft.get_transform_input_columns(only_text, specs) == ["text"]
+        assert spy.call_count == 2  # one per function
+        tft.get_analyze_input_columns(_wide_preprocessing_fn, specs)
+        assert spy.call_count == 3
+    assert shared == (stock[0], stock[0], stock[1])
+    assert impl_helper.trace_preprocessing_function is stock_trace

@@ -166,5 +166,9 @@ class Executor(tfx_transform_executor.Executor):
             num_output_shards(exec_properties),
             batch_size(exec_properties),
         )
-        with compat.transform_processor(processor), compat.transform_graph_walks_once():
+        with (
+            compat.transform_processor(processor),
+            compat.transform_graph_walks_once(),
+            compat.transform_inspections_traced_once(),
+        ):
             super().Do(input_dict, output_dict, exec_properties)
