@@ -128,7 +128,9 @@ def label_scale(tf_transform_output, label_key: str) -> tuple[float, float]:
     raw = {name: _empty_feature(spec, 2) for name, spec in raw_spec.items()}
     label_spec = raw_spec[label_key]
     raw[label_key] = _as_raw_feature(tf.constant([0, 1], label_spec.dtype), label_spec)
-    transformed = tf_transform_output.transform_features_layer()(raw)
+    with compat.transform_graph_walks_once():
+        layer = tf_transform_output.transform_features_layer()
+    transformed = layer(raw)
     zero, one = tf.reshape(transformed[features.transformed_name(label_key)], [-1]).numpy()
     std = 1.0 / (float(one) - float(zero))
     return -float(zero) * std, std
