@@ -12,6 +12,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
@@ -28,12 +29,18 @@ Z_SCORE_TOLERANCE = 1e-5
 
 
 def run(tmp_path, fn, raw, schema, custom_config):
-    return analyze_and_transform(
+    output = analyze_and_transform(
         tmp_path / fn.__module__,
         raw,
         dataset_metadata.DatasetMetadata(schema),
         functools.partial(fn, custom_config=custom_config),
     )
+    # Asset paths go into the traced graph's collection, never the process's global graph (from
+    # where every later trace in the process would copy them).
+    assert not tf.compat.v1.get_default_graph().get_collection(
+        tf.compat.v1.GraphKeys.ASSET_FILEPATHS
+    )
+    return output
 
 
 def both(tmp_path, raw, schema, custom_config):
