@@ -100,9 +100,9 @@ def transform_processor(factory: Callable[[], Any]) -> Iterator[None]:
 #   every input's list of components (graph_tools._retrieve_source_keys: outputs x inputs x
 #   sources);
 # - each load of the transform graph (3 in Transform, 1 in the Trainer's export, 1 more for a
-#   regression's label scale) walks the whole graph back from each of its outputs to find the inputs it needs
-#   (saved_transform_io_v2._get_output_to_inputs_map), about 0.5 s of a 0.9 s load at 80
-#   columns.
+#   regression's label scale) walks the whole graph back from each of its outputs to find the
+#   inputs it needs (saved_transform_io_v2._get_output_to_inputs_map), about 0.5 s of a 0.9 s
+#   load at 80 columns.
 # The same results: the keys tested against a set, and one walk that remembers each op's sources.
 
 

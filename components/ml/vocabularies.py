@@ -166,6 +166,13 @@ class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
         self._counted = tuple(counted)
         self._indexed = tuple(indexed)
 
+    @property
+    def output_count(self) -> int:
+        """The outputs _write_vocabularies returns: one per column not indexed, one per counted
+        column, and the lookup file."""
+        unindexed = sum(index not in self._indexed for index in range(len(self._names)))
+        return unindexed + len(self._counted) + 1
+
     def expand(self, batches):
         # A directory of this analyzer's own: the file names are the vocabularies' names.
         directory = os.path.join(self.base_temp_dir, f"column_vocabularies_{uuid.uuid4().hex}")
@@ -181,9 +188,9 @@ class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
                 indexed=self._indexed,
             )
         )
-        outputs = len(self._names) - len(self._indexed) + len(self._counted) + 1
         return tuple(
-            paths | f"Path[{index}]" >> beam.Map(_pick, index=index) for index in range(outputs)
+            paths | f"Path[{index}]" >> beam.Map(_pick, index=index)
+            for index in range(self.output_count)
         )
 
 
@@ -211,17 +218,17 @@ def column_vocabularies(
 
     The indexed columns' own files are not outputs of the analyzer: tf.Transform fingerprints
     each output against every input it depends on and gives each its own Beam stages and graph
-    tensor, a cost per column of a wide table. They are
-    written beside the lookup file and become assets of the transform graph with it
-    (_assets_beside)."""
+    tensor, a cost per column of a wide table. They are written beside the lookup file and
+    become assets of the transform graph with it (_assets_beside)."""
     if stacked.shape.rank != 2 or stacked.shape[1] != len(names) or not names:
         raise ValueError(f"{stacked.shape} columns for {len(names)} vocabulary name(s)")
     indexed = tuple(indexed)
     unindexed = [name for index, name in enumerate(names) if index not in indexed]
-    outputs = len(unindexed) + len(counted) + 1
+    analyzer = _ColumnVocabularies(names, counted, indexed)
+    outputs = analyzer.output_count
     paths = tft.experimental.ptransform_analyzer(
         inputs=[stacked],
-        ptransform=_ColumnVocabularies(names, counted, indexed),
+        ptransform=analyzer,
         output_dtypes=[tf.string] * outputs,
         output_shapes=[[]] * outputs,
         # Before analysis: files a table can be initialized from (not empty), which hold none

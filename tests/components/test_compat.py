@@ -223,19 +223,25 @@ def _wide_preprocessing_fn(inputs):
     }
 
 
-def test_transform_fingerprints_find_the_keys_tft_s_own_find(tmp_path):
-    """Each analyzer output of a traced preprocessing_fn gets the same input keys and
-    fingerprint from the set-based search as from tft's own."""
+def _wide_specs() -> dict:
+    """The inputs of _wide_preprocessing_fn, as tf.Transform's TypeSpecs."""
     import tensorflow as tf
-    from tensorflow_transform import graph_tools, impl_helper
 
-    specs = {
+    return {
         "dense_a": tf.TensorSpec([None, 1], tf.float32),
         "dense_b": tf.TensorSpec([None, 1], tf.float32),
         "dense_c": tf.TensorSpec([None, 1], tf.float32),
         "sparse_a": tf.SparseTensorSpec([None, 1], tf.float32),
         "text": tf.TensorSpec([None], tf.string),
     }
+
+
+def test_transform_fingerprints_find_the_keys_tft_s_own_find(tmp_path):
+    """Each analyzer output of a traced preprocessing_fn gets the same input keys and
+    fingerprint from the set-based search as from tft's own."""
+    from tensorflow_transform import graph_tools, impl_helper
+
+    specs = _wide_specs()
     graph, inputs, _ = impl_helper.trace_preprocessing_function(
         _wide_preprocessing_fn, specs, use_tf_compat_v1=False, base_temp_dir=str(tmp_path)
     )
@@ -335,17 +341,10 @@ def test_tft_inspections_share_one_trace_and_find_the_same_columns():
     """What TFX's Transform executor asks before its pipeline (the analyzers' input columns
     twice, the transform's once) from one trace, with tft's own answers; outside the scope,
     and for another function, each call traces again."""
-    import tensorflow as tf
     import tensorflow_transform as tft
     from tensorflow_transform import impl_helper
 
-    specs = {
-        "dense_a": tf.TensorSpec([None, 1], tf.float32),
-        "dense_b": tf.TensorSpec([None, 1], tf.float32),
-        "dense_c": tf.TensorSpec([None, 1], tf.float32),
-        "sparse_a": tf.SparseTensorSpec([None, 1], tf.float32),
-        "text": tf.TensorSpec([None], tf.string),
-    }
+    specs = _wide_specs()
     stock = (
         tft.get_analyze_input_columns(_wide_preprocessing_fn, specs),
         tft.get_transform_input_columns(_wide_preprocessing_fn, specs),
