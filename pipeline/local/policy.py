@@ -47,8 +47,9 @@ def choose_beam(
 
 def run_dag(tfx_pipeline) -> None:
     """Runs the pipeline with TFX's LocalDagRunner, without TFX's sdist for the DirectRunner
-    (compat.no_tfx_sdist_for_direct_runner)."""
+    (compat.no_tfx_sdist_for_direct_runner) and with Beam's bookkeeping remembered
+    (compat.beam_bookkeeping_remembered)."""
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    with compat.no_tfx_sdist_for_direct_runner():
+    with compat.no_tfx_sdist_for_direct_runner(), compat.beam_bookkeeping_remembered():
         LocalDagRunner().run(tfx_pipeline)

@@ -369,3 +369,146 @@ def test_tft_inspections_share_one_trace_and_find_the_same_columns():
         assert spy.call_count == 3
     assert shared == (stock[0], stock[0], stock[1])
     assert impl_helper.trace_preprocessing_function is stock_trace
+
+
+# --- Beam's bookkeeping (compat.beam_bookkeeping_remembered) --------------------------------
+
+
+def _with_defaults(element, timestamp=None, limit=3, *rest, keyword=1):
+    return element
+
+
+def _decorated(function):
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+class _Callable:
+    def __call__(self, element, factor=2):
+        return element * factor
+
+
+def _signature_subjects() -> list:
+    import apache_beam as beam
+
+    class Stateful(beam.DoFn):
+        BUFFER = beam.transforms.userstate.BagStateSpec("buffer", beam.coders.VarIntCoder())
+        FLUSH = beam.transforms.userstate.TimerSpec(
+            "flush", beam.transforms.timeutil.TimeDomain.WATERMARK
+        )
+
+        def process(
+            self, element, buffer=beam.DoFn.StateParam(BUFFER), timer=beam.DoFn.TimerParam(FLUSH)
+        ):
+            yield element
+
+        @beam.transforms.userstate.on_timer(FLUSH)
+        def flush(self, buffer=beam.DoFn.StateParam(BUFFER)):
+            yield from buffer.read()
+
+    return [
+        _with_defaults,
+        lambda element, side=beam.DoFn.SideInputParam: element,
+        Stateful().process,
+        Stateful().flush,
+        _decorated(_with_defaults),
+        _Callable(),
+        str.strip,
+        len,
+        dict,
+    ]
+
+
+def test_remembered_dofn_signatures_are_beam_s_own():
+    from apache_beam.transforms import core
+
+    stock = core.get_function_args_defaults
+    calls = []
+
+    def counting(f):
+        calls.append(f)
+        return stock(f)
+
+    remembered = compat._RememberedArguments(counting)  # noqa: SLF001
+    subjects = _signature_subjects()
+    for subject in subjects:
+        expected = stock(subject)
+        for _ in range(3):
+            assert remembered(subject) == expected
+    # Plain functions and their bound methods are read once; a wrapper (functools.wraps), a
+    # callable object, a builtin and a class each time.
+    assert len(calls) == 4 + 5 * 3
+    # The lists are the caller's own.
+    arguments, defaults = remembered(_with_defaults)
+    arguments.append("changed"), defaults.clear()
+    assert remembered(_with_defaults) == stock(_with_defaults)
+    assert remembered(_with_defaults)[1] == [None, 3]
+
+
+def test_remembered_dofn_signatures_follow_a_function_s_new_defaults_and_code():
+    from apache_beam.transforms import core
+
+    remembered = compat._RememberedArguments(core.get_function_args_defaults)  # noqa: SLF001
+
+    def function(element, limit=3):
+        return element
+
+    assert remembered(function) == (["element", "limit"], [3])
+    function.__defaults__ = (5,)
+    assert remembered(function) == (["element", "limit"], [5])
+    function.__code__ = (lambda row, a=1, b=2: row).__code__
+    function.__defaults__ = (1, 2)
+    assert remembered(function) == (["row", "a", "b"], [1, 2])
+
+
+def test_dofn_specs_under_the_remembered_signatures_are_beam_s_own():
+    import apache_beam as beam
+    from apache_beam.transforms import userstate
+
+    subjects = [type(subject.__self__)() for subject in _signature_subjects()[2:3]] + [
+        beam.transforms.core.CallableWrapperDoFn(lambda x: x),
+        beam.DoFn(),
+    ]
+    expected = [userstate.get_dofn_specs(dofn) for dofn in subjects]
+    assert [len(states) + len(timers) for states, timers in expected] == [2, 0, 0]
+    with compat.beam_bookkeeping_remembered():
+        for _ in range(2):
+            assert [userstate.get_dofn_specs(dofn) for dofn in subjects] == expected
+    from apache_beam.transforms import core
+
+    assert not isinstance(core.get_function_args_defaults, compat._RememberedArguments)  # noqa: SLF001
+
+
+def test_state_cache_weighs_values_as_beam_does(monkeypatch):
+    import json
+    import sys
+    import types
+
+    import numpy as np
+    from apache_beam.runners.worker import statecache
+
+    stock = statecache.get_deep_size
+    weigh = compat._ModuleGlobalsExcluded()  # noqa: SLF001
+    values = [
+        [1, 2, 3],
+        {"a": "text" * 100, "b": (1.5, None)},
+        np.arange(1000),
+        {"globals": vars(json), "rows": list(range(50))},  # a module's globals: not counted
+        b"bytes" * 10,
+    ]
+    for value in values:
+        assert weigh(value) == stock(value)
+    assert weigh(*values) == stock(*values)
+    # A module loaded after the first call: its globals are excluded too.
+    module = types.ModuleType("tests_compat_new_module")
+    module.payload = list(range(10_000))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    value = {"globals": vars(module)}
+    assert weigh(value) == stock(value) < 1_000
+    monkeypatch.delitem(sys.modules, module.__name__)
+    assert weigh(value) == stock(value) > 10_000
