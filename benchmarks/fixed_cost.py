@@ -80,6 +80,11 @@ PHASES: list[tuple[str, str, str]] = [
     # Beam
     ("apache_beam.pipeline", "Pipeline.run", "beam: Pipeline.run (build + execute)"),
     ("apache_beam.pipeline", "Pipeline.to_runner_api", "beam: to_runner_api"),
+    # Beam's bookkeeping (compat.beam_bookkeeping_remembered): each DoFn's state and timer specs
+    # (every method's signature read), and its SDK worker's state cache, which weighs each value
+    # it caches (StateCache.get: the side input's load and its weighing).
+    ("apache_beam.transforms.userstate", "get_dofn_specs", "beam: DoFn state/timer specs"),
+    ("apache_beam.runners.worker.statecache", "StateCache.get", "beam: state cache get + weigh"),
     # The project's training
     ("components.training.loop", "_plan", "trainer: plan (count rows)"),
     ("components.training.loop", "_datasets", "trainer: datasets"),
