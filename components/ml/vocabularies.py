@@ -167,11 +167,15 @@ class _ColumnVocabularies(tft_beam.experimental.PTransformAnalyzer):
         self._indexed = tuple(indexed)
 
     @property
+    def unindexed(self) -> list[str]:
+        """The names of the columns not indexed, whose vocabulary files are outputs, in order."""
+        return [name for index, name in enumerate(self._names) if index not in self._indexed]
+
+    @property
     def output_count(self) -> int:
         """The outputs _write_vocabularies returns: one per column not indexed, one per counted
         column, and the lookup file."""
-        unindexed = sum(index not in self._indexed for index in range(len(self._names)))
-        return unindexed + len(self._counted) + 1
+        return len(self.unindexed) + len(self._counted) + 1
 
     def expand(self, batches):
         # A directory of this analyzer's own: the file names are the vocabularies' names.
@@ -223,8 +227,8 @@ def column_vocabularies(
     if stacked.shape.rank != 2 or stacked.shape[1] != len(names) or not names:
         raise ValueError(f"{stacked.shape} columns for {len(names)} vocabulary name(s)")
     indexed = tuple(indexed)
-    unindexed = [name for index, name in enumerate(names) if index not in indexed]
     analyzer = _ColumnVocabularies(names, counted, indexed)
+    unindexed = analyzer.unindexed
     outputs = analyzer.output_count
     paths = tft.experimental.ptransform_analyzer(
         inputs=[stacked],
