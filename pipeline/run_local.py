@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import gc
 import logging
 import os
 import sys
@@ -207,11 +206,6 @@ def _run(config: config_lib.PipelineConfig, guard: RunGuard, log_path: str, out:
     )
     guard.watch(reporter)  # Ctrl-C: what finished, how to resume, exit 130
     started = time.monotonic()
-    # What is alive now (the imported TensorFlow, TFX, Beam and TFMA: about 615,000 objects) is
-    # moved out of the garbage collector's generations for the run, so that its full
-    # collections scan only what the components allocate: 2.5 -> 2.0 s of full collections in
-    # a penguin run, 3.6 -> 2.4-2.8 s at 75 columns (docs/benchmarks.md). Put back after the run.
-    gc.freeze()
     try:
         local.run_dag(tfx_pipeline)
     except Exception as error:  # report any component failure in one clear block
@@ -220,7 +214,6 @@ def _run(config: config_lib.PipelineConfig, guard: RunGuard, log_path: str, out:
         report.print_failure(reporter.last_component, reason, log_path, sys.stderr)
         return EXIT_PIPELINE_FAILED
     finally:
-        gc.unfreeze()
         progress.detach(reporter)
         guard.close()
     summary = run_summary.summarize(

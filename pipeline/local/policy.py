@@ -3,7 +3,10 @@ gets, and running a pipeline with TFX's LocalDagRunner."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterator
 
 from components import compat
 from pipeline import config as config_lib
@@ -47,9 +50,28 @@ def choose_beam(
 
 def run_dag(tfx_pipeline) -> None:
     """Runs the pipeline with TFX's LocalDagRunner, without TFX's sdist for the DirectRunner
-    (compat.no_tfx_sdist_for_direct_runner) and with Beam's bookkeeping remembered
-    (compat.beam_bookkeeping_remembered)."""
+    (compat.no_tfx_sdist_for_direct_runner), with Beam's bookkeeping remembered
+    (compat.beam_bookkeeping_remembered) and the objects alive before the run out of the
+    garbage collector's way (_frozen_for_the_run)."""
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-    with compat.no_tfx_sdist_for_direct_runner(), compat.beam_bookkeeping_remembered():
+    with (
+        _frozen_for_the_run(),
+        compat.no_tfx_sdist_for_direct_runner(),
+        compat.beam_bookkeeping_remembered(),
+    ):
         LocalDagRunner().run(tfx_pipeline)
+
+
+@contextlib.contextmanager
+def _frozen_for_the_run() -> Iterator[None]:
+    """What is alive when the run starts (the imported TensorFlow, TFX, Beam and TFMA: about
+    615,000 objects in run_local) is moved out of the garbage collector's generations, so that
+    its full collections scan only what the components allocate: 2.5 -> 2.0 s of full
+    collections in a penguin run, 3.6 -> 2.4-2.8 s at 75 columns (docs/benchmarks.md). Put back
+    after the run, so that a process running several pipelines collects them as before."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
