@@ -374,20 +374,20 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
         yield
 
 
-# Beam's bookkeeping has two costs that do not depend on the data, and they are about a sixth of a
-# small local run (penguins: 5.6 s of 32 s, counted by wrapping the functions):
+# Beam's bookkeeping has two costs that do not depend on the data, 4.6-5.3 s of a penguin run's
+# 26-30 s of components (benchmarks.fixed_cost, 2026-12-03):
 # - Beam asks for a DoFn's state and timer specs (apache_beam/transforms/userstate.py,
 #   get_dofn_specs) when its ParDo is built, validated and converted to the runner API, and
 #   when each bundle's operations are built: 4 to 9 times per DoFn, 4,958 times in a penguin
-#   run. Each time, it reads the signature of every one of the DoFn's ~30 methods with
-#   inspect.signature (apache_beam/transforms/core.py, get_function_args_defaults): 154,490
-#   signatures, 4.3 s. A plain function's argument names, kinds and defaults are fixed by its
+#   run, 3.5-3.9 s. Each time, it reads the signature of every one of the DoFn's ~30 methods
+#   with inspect.signature (apache_beam/transforms/core.py, get_function_args_defaults):
+#   154,490 signatures. A plain function's argument names, kinds and defaults are fixed by its
 #   code object and its defaults tuple, so they are read once per function and code and
 #   defaults; anything else (a wrapper, a __signature__, a builtin, a callable object) is read
 #   by Beam as before.
 # - Beam's SDK worker weighs each value it caches (the side inputs: 169 in a penguin run) with
 #   objsize (apache_beam/runners/worker/statecache.py, get_deep_size), which first collects the
-#   globals of every loaded module (about 8,000) to exclude them: 7 ms a call, 1.3 s. The
+#   globals of every loaded module (about 8,000) to exclude them: 1.1-1.4 s. The
 #   excluded set is computed again only when the loaded modules change.
 # The same results as Beam's own, which tests/components/test_compat.py checks.
 
