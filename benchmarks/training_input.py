@@ -186,7 +186,6 @@ def input_bound(
         repeat=True,
         cache_decoded_images=cache_decoded,
     )
-    real = real.with_options(_autotune_options())
     synthetic = real.take(1).cache().repeat()
     if strategy is not None:
         real = strategy.experimental_distribute_dataset(real)
@@ -224,14 +223,6 @@ def input_bound(
         "cpu_ratio": min(cpu["real"]) / min(cpu["synthetic"]),
         "round_step_ms": {name: [round(ms) for ms in values] for name, values in wall.items()},
     }
-
-
-def _autotune_options():
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.autotune.enabled = True
-    return options
 
 
 def run(

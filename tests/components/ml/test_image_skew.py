@@ -50,6 +50,7 @@ def _trainer_batches(image_transform_run, per_element: bool, cache_decoded: bool
             decode_images_per_element=per_element,
             cache_decoded_images=cache_decoded,
         )
+        assert dataset.options().autotune.enabled is False  # inputs.without_autotune_thread
         for batch, label in dataset:
             assert set(batch) == {image_preprocessing.ENCODED_IMAGE}
             pixels.append(batch[image_preprocessing.ENCODED_IMAGE].numpy())

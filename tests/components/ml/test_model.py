@@ -20,6 +20,9 @@ def test_dataset_batches_transformed_shards(transform_run):
         shuffle=False,
         repeat=False,
     )
+    # No autotuning model, whose thread can hold up the iterator's deletion for seconds
+    # (inputs.without_autotune_thread).
+    assert dataset.options().autotune.enabled is False
     batches = list(dataset)
     assert sum(int(label.shape[0]) for _, label in batches) == len(transform_run["raw"])
     batch_features, label = batches[0]
