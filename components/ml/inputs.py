@@ -76,15 +76,16 @@ def without_autotune_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """The dataset with tf.data's autotuning model off (options.autotune.enabled = False).
 
     Why: deleting an autotuned iterator can block for as long as the iterator has lived. Its
-    model thread (tensorflow/core/framework/model.cc, Model::OptimizeLoop, TF 2.16) sleeps for
-    an optimization period that doubles after each optimization, up to a minute, and is woken by
-    a cancellation callback; it then checks IsCancelled(), which tsl's CancellationManager
-    (xla/tsl/framework/cancellation.cc, StartCancelWithStatus) sets only after running every
-    callback and cancelling every child. A thread that wakes in between sleeps out the rest of
-    its period, and the iterator's destructor (RootDataset::Iterator, under MirroredStrategy's
-    MultiDeviceIterator) joins it. Measured: 1 of 4 deletions of a MirroredStrategy iterator
-    took 2.1 s instead of 0.2 s after 3.3 s of use; at 75 columns the Trainer lost 1.1 and 5.1 s
-    in 2 of 3 runs (fit() takes about 6 s there; docs/benchmarks.md).
+    model thread (tensorflow/core/framework/model.cc, Model::OptimizeLoop, read at tensorflow
+    commit 2a73ba5) sleeps for an optimization period that doubles after each optimization, up
+    to a minute, and is woken by a cancellation callback; it then checks IsCancelled(), which
+    tsl's CancellationManager (third_party/xla/xla/tsl/framework/cancellation.cc at 18c005b,
+    StartCancelWithStatus) sets only after running every callback and cancelling every child.
+    A thread that wakes in between sleeps out the rest of its period, and the iterator's
+    destructor (RootDataset::Iterator, under MirroredStrategy's MultiDeviceIterator) joins it.
+    Measured: 1 of 4 deletions of a MirroredStrategy iterator took 2.1 s instead of 0.2 s after
+    3.3 s of use; at 75 columns the Trainer lost 1.1 and 5.1 s in 2 of 3 runs (fit() takes
+    about 6 s there; docs/benchmarks.md).
 
     What stays: every AUTOTUNE parallelism starts, and without the model stays, at tf.data's
     default, min(16, the cores) (GetAutotuneDefaultParallelism), which on a CPU-bound pipeline
