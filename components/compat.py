@@ -328,6 +328,30 @@ def tfma_keras_metrics_without_autograph() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def per_device_iterators_without_autotune() -> Iterator[None]:
+    """While active, the per-device datasets of tf.distribute's MultiDeviceIterator (a
+    generator over the host iterator and a prefetch of fixed size, one per device) run without
+    tf.data's autotuning model, as components.ml.inputs.without_autotune_thread has the host
+    dataset run: they are new datasets with default options, and deleting an autotuned iterator
+    can wait out its model thread's sleep (inputs.without_autotune_thread says why). They have
+    nothing to tune: their prefetch is sized by the MultiDeviceIterator
+    (tensorflow/python/data/ops/multi_device_iterator_ops.py, _create_device_dataset)."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops import multi_device_iterator_ops
+
+    stock = multi_device_iterator_ops._create_device_dataset  # noqa: SLF001
+
+    @functools.wraps(stock)
+    def without_autotune(*args, **kwargs):
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return stock(*args, **kwargs).with_options(options)
+
+    with mock.patch.object(multi_device_iterator_ops, "_create_device_dataset", without_autotune):
+        yield
+
+
 # --- Beam dependencies of TFX's Beam executors ----------------------------------------------
 
 # Runner names that run Beam on this machine, in this Python environment.

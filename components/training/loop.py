@@ -22,7 +22,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from absl import logging
 
-from components import PROGRESS_LOGGER, user_code
+from components import PROGRESS_LOGGER, compat, user_code
 from components.ml import export, features, image_preprocessing, inputs, model
 from components.training import settings as settings_lib
 from components.training import strategies
@@ -258,7 +258,15 @@ class _Plan:
 
 def train(task: TrainTask) -> dict:
     """Trains under the task's strategy; the chief exports the serving model. Returns final
-    metrics and where training started (for resumed runs)."""
+    metrics and where training started (for resumed runs). No dataset of the run has tf.data's
+    autotuning model: its thread can hold up an iterator's deletion for as long as the iterator
+    lived (inputs.without_autotune_thread; the per-device ones of a MultiDeviceIterator,
+    compat.per_device_iterators_without_autotune)."""
+    with compat.per_device_iterators_without_autotune():
+        return _train(task)
+
+
+def _train(task: TrainTask) -> dict:
     strategy = _start_runtime(task.settings)
     user_code.activate(user_code.UserModule.from_json(task.user_module))
     tf_transform_output = tft.TFTransformOutput(task.transform_output)

@@ -512,3 +512,46 @@ def test_state_cache_weighs_values_as_beam_does(monkeypatch):
     assert weigh(value) == stock(value) < 1_000
     monkeypatch.delitem(sys.modules, module.__name__)
     assert weigh(value) == stock(value) > 10_000
+
+
+def _device_datasets_made(make_iterator) -> tuple[list, list[int]]:
+    """The per-device datasets tf.distribute's MultiDeviceIterator builds while make_iterator()
+    runs (through whatever _create_device_dataset is current), and the values read back."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops import multi_device_iterator_ops
+
+    current = multi_device_iterator_ops._create_device_dataset
+    made = []
+
+    def spy(*args, **kwargs):
+        made.append(current(*args, **kwargs))
+        return made[-1]
+
+    with mock.patch.object(multi_device_iterator_ops, "_create_device_dataset", spy):
+        iterator = make_iterator(tf.data.Dataset.range(6).batch(2))
+        values = [int(value) for batch in iterator for value in tf.reshape(batch, [-1])]
+    return made, values
+
+
+def test_per_device_datasets_run_without_autotune_and_give_the_same_elements():
+    import tensorflow as tf
+    from tensorflow.python.data.ops import multi_device_iterator_ops
+
+    stock = multi_device_iterator_ops._create_device_dataset
+    strategy = tf.distribute.MirroredStrategy()
+
+    def owned(dataset):
+        return multi_device_iterator_ops.OwnedMultiDeviceIterator(dataset, ["/cpu:0"])
+
+    def distributed(dataset):
+        return iter(strategy.experimental_distribute_dataset(dataset))
+
+    for make_iterator in (owned, distributed):
+        before, values_before = _device_datasets_made(make_iterator)
+        with compat.per_device_iterators_without_autotune():
+            after, values_after = _device_datasets_made(make_iterator)
+        assert before and after  # the path tf.distribute takes builds them here
+        assert all(ds.options().autotune.enabled is not False for ds in before)
+        assert all(ds.options().autotune.enabled is False for ds in after)
+        assert values_after == values_before == [0, 1, 2, 3, 4, 5]
+    assert multi_device_iterator_ops._create_device_dataset is stock
