@@ -329,26 +329,22 @@ def tfma_keras_metrics_without_autograph() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def per_device_iterators_without_autotune() -> Iterator[None]:
-    """While active, the per-device datasets of tf.distribute's MultiDeviceIterator (a
-    generator over the host iterator and a prefetch of fixed size, one per device) run without
-    tf.data's autotuning model, as components.ml.inputs.without_autotune_thread has the host
-    dataset run: they are new datasets with default options, and deleting an autotuned iterator
-    can wait out its model thread's sleep (inputs.without_autotune_thread says why). They have
-    nothing to tune: their prefetch is sized by the MultiDeviceIterator
-    (tensorflow/python/data/ops/multi_device_iterator_ops.py, _create_device_dataset)."""
-    import tensorflow as tf
+def per_device_datasets_finished_by(finish: Callable[[Any], Any]) -> Iterator[None]:
+    """While active, each per-device dataset of tf.distribute's MultiDeviceIterator (a generator
+    over the host iterator and a prefetch of fixed size, one per device;
+    tensorflow/python/data/ops/multi_device_iterator_ops.py, _create_device_dataset) is passed
+    through `finish` before its iterator is made. These are new datasets with default options,
+    which the options set on the host dataset do not reach (loop.train finishes them with
+    components.ml.inputs.without_autotune_thread, as the host dataset is)."""
     from tensorflow.python.data.ops import multi_device_iterator_ops
 
     stock = multi_device_iterator_ops._create_device_dataset  # noqa: SLF001
 
     @functools.wraps(stock)
-    def without_autotune(*args, **kwargs):
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        return stock(*args, **kwargs).with_options(options)
+    def finished(*args, **kwargs):
+        return finish(stock(*args, **kwargs))
 
-    with mock.patch.object(multi_device_iterator_ops, "_create_device_dataset", without_autotune):
+    with mock.patch.object(multi_device_iterator_ops, "_create_device_dataset", finished):
         yield
 
 

@@ -260,9 +260,10 @@ def train(task: TrainTask) -> dict:
     """Trains under the task's strategy; the chief exports the serving model. Returns final
     metrics and where training started (for resumed runs). No dataset of the run has tf.data's
     autotuning model: its thread can hold up an iterator's deletion for as long as the iterator
-    lived (inputs.without_autotune_thread; the per-device ones of a MultiDeviceIterator,
-    compat.per_device_iterators_without_autotune)."""
-    with compat.per_device_iterators_without_autotune():
+    lived (inputs.without_autotune_thread, also given to the per-device datasets of a
+    MultiDeviceIterator: compat.per_device_datasets_finished_by). Their prefetch is sized by the
+    MultiDeviceIterator, so they have nothing to tune."""
+    with compat.per_device_datasets_finished_by(inputs.without_autotune_thread):
         return _train(task)
 
 

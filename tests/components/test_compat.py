@@ -537,6 +537,8 @@ def test_per_device_datasets_run_without_autotune_and_give_the_same_elements():
     import tensorflow as tf
     from tensorflow.python.data.ops import multi_device_iterator_ops
 
+    from components.ml import inputs
+
     stock = multi_device_iterator_ops._create_device_dataset
     strategy = tf.distribute.MirroredStrategy()
 
@@ -548,7 +550,7 @@ def test_per_device_datasets_run_without_autotune_and_give_the_same_elements():
 
     for make_iterator in (owned, distributed):
         before, values_before = _device_datasets_made(make_iterator)
-        with compat.per_device_iterators_without_autotune():
+        with compat.per_device_datasets_finished_by(inputs.without_autotune_thread):
             after, values_after = _device_datasets_made(make_iterator)
         assert before and after  # the path tf.distribute takes builds them here
         assert all(ds.options().autotune.enabled is not False for ds in before)
