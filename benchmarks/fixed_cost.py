@@ -85,6 +85,13 @@ PHASES: list[tuple[str, str, str]] = [
     # it caches (StateCache.get: the side input's load and its weighing).
     ("apache_beam.transforms.userstate", "get_dofn_specs", "beam: DoFn state/timer specs"),
     ("apache_beam.runners.worker.statecache", "StateCache.get", "beam: state cache get + weigh"),
+    # Beam's pickling of DoFns, combiners and sources (at construction, to_runner_api and each
+    # bundle's setup), and the TypeOptions views Pipeline.apply reads per transform
+    # (compat.beam_bookkeeping_remembered makes one per pipeline: the calls counted here are the
+    # views Beam actually built).
+    ("apache_beam.internal.pickler", "dumps", "beam: pickle (dumps)"),
+    ("apache_beam.internal.pickler", "loads", "beam: unpickle (loads)"),
+    ("apache_beam.options.pipeline_options", "PipelineOptions.view_as", "beam: options views"),
     # The project's training
     ("components.training.loop", "_plan", "trainer: plan (count rows)"),
     ("components.training.loop", "_datasets", "trainer: datasets"),

@@ -31,6 +31,7 @@ WRITTEN_FOR = {
     "tensorflow": "2.16.2",
     "tf-keras": "2.16.0",
     "objsize": "0.7.1",
+    "dill": "0.3.1.1",
 }
 
 
@@ -394,8 +395,9 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
         yield
 
 
-# Beam's bookkeeping has two costs that do not depend on the data, 4.6-5.3 s of a penguin run's
-# 26-30 s of components (benchmarks.fixed_cost, 2026-12-03):
+# Beam's bookkeeping has costs that do not depend on the data. The first two were 4.6-5.3 s of a
+# penguin run's 26-30 s of components; the other three, after them, 2.9-3.2 s of 19-23 s
+# (benchmarks.fixed_cost, 2026-12-03):
 # - Beam asks for a DoFn's state and timer specs (apache_beam/transforms/userstate.py,
 #   get_dofn_specs) when its ParDo is built, validated and converted to the runner API, and
 #   when each bundle's operations are built: 4 to 9 times per DoFn, 4,958 times in a penguin
@@ -409,6 +411,22 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
 #   objsize (apache_beam/runners/worker/statecache.py, get_deep_size), which first collects the
 #   globals of every loaded module (about 8,000) to exclude them: 1.1-1.4 s. The
 #   excluded set is computed again only when the loaded modules change.
+# - Pipeline.apply and Pipeline._infer_result_type (apache_beam/pipeline.py) read
+#   options.view_as(TypeOptions).pipeline_type_check for every transform applied: 2,400 views in
+#   a penguin run, each a new argparse parser over the pipeline's flags, 1.2 s. A view holds
+#   nothing of its own (PipelineOptions.__setattr__ accepts only _flags, _all_options and
+#   _visible_options; reads and writes go to the _all_options it shares with the options it
+#   came from), so one view per options object serves every call while those three are the
+#   same.
+# - Beam's dill pickler (apache_beam/internal/dill_pickler.py) calls dill._trace(False) after
+#   every dumps and loads, which sets the "dill" logger's level and so clears the cache of every
+#   logger in the process, level unchanged or not: 8,700 times a penguin run. With the next
+#   item, Beam's pickling took 4.2-4.5 s of a penguin run before and 2.4-2.6 s after.
+# - It compresses each pickle with bz2 at level 9 (about 160 us a call whatever the size, for
+#   its 900 kB blocks): 3,679 calls in a penguin run for 884 distinct pickles (a DoFn is pickled
+#   when its ParDo is built, converted to the runner API and its bundles set up). The same bytes
+#   compress to the same bytes; the compressed pickles, which other processes may read, are
+#   Beam's own.
 # The same results as Beam's own, which tests/components/test_compat.py checks.
 
 _SIGNATURE_OVERRIDES = frozenset({"__wrapped__", "__signature__", "_partialmethod"})
@@ -482,11 +500,84 @@ class _ModuleGlobalsExcluded:
         return context.get_deep_size(*objs)
 
 
+def _type_options_view_remembered(stock: Callable[[Any, type], Any]) -> Callable[[Any, type], Any]:
+    """PipelineOptions.view_as: for TypeOptions, the view made the first time for an options
+    object, while its flags (a list or tuple, their values too) and its shared option values are
+    the ones that view was made with; flags read from sys.argv (None) and every other view class
+    as Beam makes them."""
+    import weakref
+
+    from apache_beam.options.pipeline_options import TypeOptions
+
+    views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def view_as(options: Any, cls: type) -> Any:
+        flags, shared = options._flags, options._all_options  # noqa: SLF001
+        if cls is not TypeOptions or not isinstance(flags, list | tuple):
+            return stock(options, cls)
+        known = views.get(options)
+        if known is None or known[0] is not flags or known[1] != flags or known[2] is not shared:
+            known = (flags, type(flags)(flags), shared, stock(options, cls))
+            views[options] = known
+        return known[3]
+
+    return view_as
+
+
+def _dill_trace_when_changed(stock: Callable[[bool], None]) -> Callable[[bool], None]:
+    """dill._trace: the "dill" logger's level set only when it is not already the one asked."""
+    import logging
+
+    log = logging.getLogger("dill")
+
+    def trace(boolean: bool) -> None:
+        if log.level != (logging.INFO if boolean else logging.WARN):
+            stock(boolean)
+
+    return trace
+
+
+class _RememberedCompression:
+    """The bz2 module as Beam's picklers use it, with compress's results remembered by their
+    input bytes and level (inputs up to MAX_BYTES, MAX_TOTAL_BYTES of inputs in all, oldest
+    forgotten first); decompress is bz2's."""
+
+    MAX_BYTES = 1 << 20
+    MAX_TOTAL_BYTES = 64 << 20
+
+    def __init__(self) -> None:
+        import bz2
+
+        self._bz2 = bz2
+        self.decompress = bz2.decompress
+        self._known: dict[tuple[bytes, int], bytes] = {}
+        self._total = 0
+
+    def compress(self, data: bytes, compresslevel: int = 9) -> bytes:
+        if len(data) > self.MAX_BYTES:
+            return self._bz2.compress(data, compresslevel)
+        key = (bytes(data), compresslevel)
+        compressed = self._known.get(key)
+        if compressed is None:
+            compressed = self._bz2.compress(data, compresslevel)
+            self._known[key] = compressed
+            self._total += len(key[0])
+            while self._total > self.MAX_TOTAL_BYTES:
+                oldest = next(iter(self._known))
+                del self._known[oldest]
+                self._total -= len(oldest[0])
+        return compressed
+
+
 @contextlib.contextmanager
 def beam_bookkeeping_remembered() -> Iterator[None]:
-    """While active, Beam's DoFn signature reads and state cache weighing in this process
-    remember what does not change between calls (a runner's separate SDK worker processes
-    compute them as before); every result is Beam's."""
+    """While active, Beam's DoFn signature reads, state cache weighing, TypeOptions views and
+    pickle compression in this process remember what does not change between calls, and its
+    pickler sets dill's logger level only when it changes (a runner's separate SDK worker
+    processes do all of it as before); every result is Beam's."""
+    import dill._dill
+    from apache_beam.internal import dill_pickler
+    from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.worker import statecache
     from apache_beam.transforms import core
 
@@ -497,6 +588,13 @@ def beam_bookkeeping_remembered() -> Iterator[None]:
             _RememberedArguments(core.get_function_args_defaults),
         ),
         mock.patch.object(statecache, "get_deep_size", _ModuleGlobalsExcluded()),
+        mock.patch.object(
+            PipelineOptions,
+            "view_as",
+            _type_options_view_remembered(PipelineOptions.view_as),
+        ),
+        mock.patch.object(dill._dill, "_trace", _dill_trace_when_changed(dill._dill._trace)),
+        mock.patch.object(dill_pickler, "bz2", _RememberedCompression()),
     ):
         yield
 

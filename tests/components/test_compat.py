@@ -514,6 +514,110 @@ def test_state_cache_weighs_values_as_beam_does(monkeypatch):
     assert weigh(value) == stock(value) > 10_000
 
 
+def test_type_options_views_are_remembered_per_options_and_behave_as_beam_s():
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
+
+    stock = PipelineOptions.view_as
+    made = []
+
+    def counting(options, cls):
+        made.append(cls)
+        return stock(options, cls)
+
+    view_as = compat._type_options_view_remembered(counting)  # noqa: SLF001
+    options = PipelineOptions(["--no_pipeline_type_check", "--runner=DirectRunner"])
+    first = view_as(options, TypeOptions)
+    assert view_as(options, TypeOptions) is first and made == [TypeOptions]
+    assert first.pipeline_type_check is False
+    assert stock(options, TypeOptions).pipeline_type_check is False
+    # Writes through the remembered view reach the options and every other view, as Beam's do.
+    first.pipeline_type_check = True
+    assert stock(options, TypeOptions).pipeline_type_check is True
+    assert options.get_all_options()["pipeline_type_check"] is True
+    # Other view classes, other options objects and changed flags make a new view.
+    assert view_as(options, StandardOptions).runner == "DirectRunner"
+    other = PipelineOptions(["--runtime_type_check"])
+    assert view_as(other, TypeOptions).runtime_type_check is True
+    assert made == [TypeOptions, StandardOptions, TypeOptions]
+    # (Beam keeps the value an option first had, whatever the flags say later.)
+    options._flags.append("--runtime_type_check")  # noqa: SLF001
+    again = view_as(options, TypeOptions)
+    assert again is not first and made[-1] is TypeOptions and len(made) == 4
+    assert again.runtime_type_check is stock(options, TypeOptions).runtime_type_check is False
+    # Flags from sys.argv (None) are parsed each time, as Beam does.
+    from_argv = PipelineOptions(None)
+    view_as(from_argv, TypeOptions), view_as(from_argv, TypeOptions)
+    assert made[-2:] == [TypeOptions, TypeOptions]
+
+
+def test_dill_logger_level_is_set_only_when_it_changes(monkeypatch):
+    import logging
+
+    log = logging.getLogger("dill")
+    monkeypatch.setattr(log, "level", log.level)
+    levels = []
+
+    def stock(boolean):
+        levels.append(boolean)
+        log.setLevel(logging.INFO if boolean else logging.WARN)
+
+    trace = compat._dill_trace_when_changed(stock)  # noqa: SLF001
+    log.setLevel(logging.WARN)
+    trace(False), trace(False)
+    assert levels == []
+    trace(True)
+    assert log.level == logging.INFO and levels == [True]
+    trace(True), trace(False)
+    assert log.level == logging.WARN and levels == [True, False]
+
+
+def test_remembered_compression_gives_bz2_s_bytes_and_forgets_the_oldest(monkeypatch):
+    import bz2
+
+    compression = compat._RememberedCompression()  # noqa: SLF001
+    monkeypatch.setattr(compression, "MAX_TOTAL_BYTES", 3_000)
+    payloads = [bytes([n]) * 1_000 + b"pickle" for n in range(4)]
+    for payload in payloads + payloads[::-1]:
+        assert compression.compress(payload, compresslevel=9) == bz2.compress(payload, 9)
+        assert compression.decompress(compression.compress(payload)) == payload
+    assert compression.compress(payloads[0], 1) == bz2.compress(payloads[0], 1)
+    assert sum(len(data) for data, _ in compression._known) <= 3_000  # noqa: SLF001
+    # A payload over MAX_BYTES is compressed each time, never kept.
+    large = b"x" * (compression.MAX_BYTES + 1)
+    assert compression.decompress(compression.compress(large)) == large
+    assert all(len(data) <= compression.MAX_BYTES for data, _ in compression._known)  # noqa: SLF001
+
+
+def test_beam_pickles_under_the_bookkeeping_load_in_a_stock_process():
+    """The pickles made under the patches are Beam's format: a process without them reads
+    them (Beam's SDK workers elsewhere), and the patches are gone afterwards."""
+    import bz2
+    import subprocess
+    import sys
+
+    import dill._dill
+    from apache_beam.internal import dill_pickler, pickler
+
+    with compat.beam_bookkeeping_remembered():
+        encoded = [pickler.dumps(_with_defaults), pickler.dumps({"rows": [1, 2, 3]})]
+        encoded.append(pickler.dumps({"rows": [1, 2, 3]}))
+        assert pickler.loads(encoded[0]) is _with_defaults
+    assert encoded[1] == encoded[2]
+    assert dill_pickler.bz2 is bz2 and dill._dill._trace.__module__ == "dill._dill"
+    script = (
+        "import sys; from apache_beam.internal import pickler; "
+        "print([pickler.loads(line.strip()) for line in sys.stdin.read().split()][1:])"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", script],
+        input=b"\n".join(encoded),
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    assert read.stdout.decode().strip() == "[{'rows': [1, 2, 3]}, {'rows': [1, 2, 3]}]"
+
+
 def _device_datasets_made(make_iterator) -> tuple[list, list[int]]:
     """The per-device datasets tf.distribute's MultiDeviceIterator builds while make_iterator()
     runs (through whatever _create_device_dataset is current), and the values read back."""
