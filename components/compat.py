@@ -209,48 +209,75 @@ def transform_graph_walks_once() -> Iterator[None]:
 
 class _InspectionTraces:
     """impl_helper.trace_preprocessing_function for tft's inspections, each (function, specs,
-    compat mode) traced once while the scope lasts."""
+    compat mode) traced once while the scope lasts; `take` hands a trace to a caller that
+    changes it (tft's analysis graph builder clears its collection of analyzer outputs), which
+    no caller sees afterwards."""
 
     def __init__(self, stock):
         self._stock = stock
         self._traced: dict = {}
 
-    def __call__(self, preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir=None):
-        if base_temp_dir is not None:
-            return self._stock(preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir)
-        key = (
+    @staticmethod
+    def _key(preprocessing_fn, input_specs, use_tf_compat_v1) -> tuple:
+        return (
             id(preprocessing_fn),
             tuple(sorted((name, repr(spec)) for name, spec in input_specs.items())),
             use_tf_compat_v1,
         )
+
+    def __call__(self, preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir=None):
+        if base_temp_dir is not None:
+            return self._stock(preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir)
+        key = self._key(preprocessing_fn, input_specs, use_tf_compat_v1)
         if key not in self._traced:
             # The function is kept with its trace, so that its id is not reused meanwhile.
             traced = self._stock(preprocessing_fn, input_specs, use_tf_compat_v1)
             self._traced[key] = (preprocessing_fn, traced)
         return self._traced[key][1]
 
+    def take(self, preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir=None):
+        if base_temp_dir is not None:
+            return self._stock(preprocessing_fn, input_specs, use_tf_compat_v1, base_temp_dir)
+        known = self._traced.pop(self._key(preprocessing_fn, input_specs, use_tf_compat_v1), None)
+        if known is None:
+            return self._stock(preprocessing_fn, input_specs, use_tf_compat_v1)
+        return known[1]
+
 
 @contextlib.contextmanager
 def transform_inspections_traced_once() -> Iterator[None]:
     """While active, tft.get_analyze_input_columns and tft.get_transform_input_columns (what
-    TFX's Transform executor calls) share one trace per preprocessing_fn and specs; nothing
-    else sees the shared traces."""
+    TFX's Transform executor calls) share one trace per preprocessing_fn and specs, and the
+    executor's analyzer cache keys (analysis_graph_builder.get_analysis_cache_entry_keys, in
+    its OptimizeRun, which builds the analysis graph and so clears the trace's analyzer
+    outputs) take that trace over: the inspections after it trace again. Nothing else sees
+    the shared traces."""
     import tensorflow_transform as tft
     from tensorflow_transform import impl_helper
+    from tensorflow_transform.beam import analysis_graph_builder
 
     traces = _InspectionTraces(impl_helper.trace_preprocessing_function)
 
-    def sharing(inspect):
+    def tracing_with(trace, inspect):
         @functools.wraps(inspect)
         def inspect_with_shared_trace(*args, **kwargs):
-            with mock.patch.object(impl_helper, "trace_preprocessing_function", traces):
+            with mock.patch.object(impl_helper, "trace_preprocessing_function", trace):
                 return inspect(*args, **kwargs)
 
         return inspect_with_shared_trace
 
     with contextlib.ExitStack() as stack:
         for name in ("get_analyze_input_columns", "get_transform_input_columns"):
-            stack.enter_context(mock.patch.object(tft, name, sharing(getattr(tft, name))))
+            stack.enter_context(
+                mock.patch.object(tft, name, tracing_with(traces, getattr(tft, name)))
+            )
+        stack.enter_context(
+            mock.patch.object(
+                analysis_graph_builder,
+                "get_analysis_cache_entry_keys",
+                tracing_with(traces.take, analysis_graph_builder.get_analysis_cache_entry_keys),
+            )
+        )
         yield
 
 

@@ -174,14 +174,24 @@ class SteadyStateTimer(keras.callbacks.Callback):
             self.examples_per_second = steps * self._global_batch / seconds
 
 
+@tf.autograph.experimental.do_not_convert
+def _plus_one(count: tf.Tensor, _record: tf.Tensor) -> tf.Tensor:
+    return count + 1
+
+
 def count_records(files: list[str]) -> int:
+    """The records in `files`: one pass per compression over all its files (each pass traces
+    its reduce function, without AutoGraph, which would parse this module's source)."""
+    by_compression: dict[str, list[str]] = {}
+    for path in files:
+        by_compression.setdefault(inputs.compression_of(path), []).append(path)
     return sum(
         int(
-            tf.data.TFRecordDataset(path, compression_type=inputs.compression_of(path))
-            .reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
+            tf.data.TFRecordDataset(paths, compression_type=compression)
+            .reduce(tf.constant(0, tf.int64), _plus_one)
             .numpy()
         )
-        for path in files
+        for compression, paths in by_compression.items()
     )
 
 

@@ -374,6 +374,46 @@ def test_tft_inspections_share_one_trace_and_find_the_same_columns():
 # --- Beam's bookkeeping (compat.beam_bookkeeping_remembered) --------------------------------
 
 
+def test_tft_cache_keys_take_the_shared_trace_over():
+    """TFX's OptimizeRun asks for the analyzer cache keys after the inspections: it takes their
+    trace (its analysis graph builder clears the trace's analyzer outputs) and gives tft's own
+    keys; an inspection after it traces again and still finds tft's columns."""
+    import tensorflow_transform as tft
+    from tensorflow_transform import impl_helper
+    from tensorflow_transform.beam import analysis_graph_builder, analyzer_cache
+
+    specs = _wide_specs()
+    dataset_keys = [analyzer_cache.DatasetKey("train")]
+    stock_keys = analysis_graph_builder.get_analysis_cache_entry_keys(
+        _wide_preprocessing_fn, specs, dataset_keys, False
+    )
+    stock_columns = tft.get_analyze_input_columns(_wide_preprocessing_fn, specs)
+    assert len(stock_keys) >= 2
+
+    stock_trace = impl_helper.trace_preprocessing_function
+    with (
+        mock.patch.object(impl_helper, "trace_preprocessing_function", wraps=stock_trace) as spy,
+        compat.transform_inspections_traced_once(),
+    ):
+        assert tft.get_analyze_input_columns(_wide_preprocessing_fn, specs) == stock_columns
+        keys = analysis_graph_builder.get_analysis_cache_entry_keys(
+            _wide_preprocessing_fn, specs, dataset_keys, False
+        )
+        assert spy.call_count == 1
+        assert tft.get_analyze_input_columns(_wide_preprocessing_fn, specs) == stock_columns
+        assert spy.call_count == 2
+        # The next keys take the inspection's new trace; the keys after them trace their own.
+        analysis_graph_builder.get_analysis_cache_entry_keys(
+            _wide_preprocessing_fn, specs, dataset_keys, False
+        )
+        assert spy.call_count == 2
+        analysis_graph_builder.get_analysis_cache_entry_keys(
+            _wide_preprocessing_fn, specs, dataset_keys, False
+        )
+        assert spy.call_count == 3
+    assert keys == stock_keys
+
+
 def _with_defaults(element, timestamp=None, limit=3, *rest, keyword=1):
     return element
 

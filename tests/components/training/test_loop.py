@@ -40,6 +40,23 @@ def test_an_explicit_batch_size_wins_over_the_data():
     assert TrainingConfig().batch_size_for(None) == MIN_AUTO_BATCH
 
 
+def test_count_records_reads_gzip_and_plain_files_together(tmp_path):
+    import tensorflow as tf
+
+    counts = {"a.gz": 5, "b.gz": 0, "c.tfrecord": 7, "d.gz": 3}
+    paths = []
+    for name, rows in counts.items():
+        path = str(tmp_path / name)
+        options = tf.io.TFRecordOptions(compression_type="GZIP" if name.endswith(".gz") else "")
+        with tf.io.TFRecordWriter(path, options) as writer:
+            for row in range(rows):
+                writer.write(f"record {row}".encode())
+        paths.append(path)
+    assert loop.count_records(paths) == 15
+    assert loop.count_records(paths[2:3]) == 7
+    assert loop.count_records([]) == 0
+
+
 def test_steps_per_call_from_the_epoch_unless_given():
     assert TrainingConfig().steps_per_execution_for(8) == 8  # penguins: an epoch per call
     assert TrainingConfig().steps_per_execution_for(110) == MAX_AUTO_STEPS_PER_EXECUTION == 50
