@@ -542,7 +542,10 @@ def _type_options_view_remembered(stock: Callable[[Any, type], Any]) -> Callable
         flags, shared = options._flags, options._all_options  # noqa: SLF001
         if cls is not TypeOptions or not isinstance(flags, list | tuple):
             return stock(options, cls)
-        known = views.get(options)
+        try:
+            known = views.get(options)
+        except TypeError:  # an options class that is not hashable: Beam's own every time
+            return stock(options, cls)
         if known is None or known[0] is not flags or known[1] != flags or known[2] is not shared:
             known = (flags, type(flags)(flags), shared, stock(options, cls))
             views[options] = known
@@ -574,11 +577,14 @@ class _RememberedCompression:
 
     def __init__(self) -> None:
         import bz2
+        import threading
 
         self._bz2 = bz2
         self.decompress = bz2.decompress
         self._known: dict[tuple[bytes, int], bytes] = {}
         self._total = 0
+        # Beam compresses outside its pickling lock, from whichever thread pickles.
+        self._lock = threading.Lock()
 
     def compress(self, data: bytes, compresslevel: int = 9) -> bytes:
         if len(data) > self.MAX_BYTES:
@@ -587,12 +593,14 @@ class _RememberedCompression:
         compressed = self._known.get(key)
         if compressed is None:
             compressed = self._bz2.compress(data, compresslevel)
-            self._known[key] = compressed
-            self._total += len(key[0])
-            while self._total > self.MAX_TOTAL_BYTES:
-                oldest = next(iter(self._known))
-                del self._known[oldest]
-                self._total -= len(oldest[0])
+            with self._lock:
+                if key not in self._known:
+                    self._known[key] = compressed
+                    self._total += len(key[0])
+                while self._total > self.MAX_TOTAL_BYTES:
+                    oldest = next(iter(self._known))
+                    del self._known[oldest]
+                    self._total -= len(oldest[0])
         return compressed
 
 

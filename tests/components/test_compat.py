@@ -565,6 +565,15 @@ def test_type_options_views_are_remembered_per_options_and_behave_as_beam_s():
         return stock(options, cls)
 
     view_as = compat._type_options_view_remembered(counting)  # noqa: SLF001
+
+    class Unhashable(PipelineOptions):
+        __hash__ = None  # type: ignore[assignment]
+
+    unhashable = Unhashable(["--no_pipeline_type_check"])
+    assert view_as(unhashable, TypeOptions).pipeline_type_check is False
+    assert view_as(unhashable, TypeOptions).pipeline_type_check is False
+    assert made == [TypeOptions, TypeOptions]
+    made.clear()
     options = PipelineOptions(["--no_pipeline_type_check", "--runner=DirectRunner"])
     first = view_as(options, TypeOptions)
     assert view_as(options, TypeOptions) is first and made == [TypeOptions]
@@ -626,6 +635,20 @@ def test_remembered_compression_gives_bz2_s_bytes_and_forgets_the_oldest(monkeyp
     large = b"x" * (compression.MAX_BYTES + 1)
     assert compression.decompress(compression.compress(large)) == large
     assert all(len(data) <= compression.MAX_BYTES for data, _ in compression._known)  # noqa: SLF001
+
+
+def test_remembered_compression_from_many_threads_keeps_its_count():
+    import bz2
+    from concurrent.futures import ThreadPoolExecutor
+
+    compression = compat._RememberedCompression()  # noqa: SLF001
+    compression.MAX_TOTAL_BYTES = 20 * 600
+    payloads = [bytes([n % 50]) * 600 for n in range(400)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(compression.compress, payloads))
+    assert results == [bz2.compress(payload, 9) for payload in payloads]
+    known = compression._known  # noqa: SLF001
+    assert compression._total == sum(len(data) for data, _ in known) <= 20 * 600  # noqa: SLF001
 
 
 def test_beam_pickles_under_the_bookkeeping_load_in_a_stock_process():
