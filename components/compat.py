@@ -423,7 +423,7 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
 
 
 # Beam's bookkeeping has costs that do not depend on the data. The first two were 4.6-5.3 s of a
-# penguin run's 26-30 s of components; the other three, after them, 2.9-3.2 s of 19-23 s
+# penguin run's 26-30 s of components; the other three, after them, 2.0-2.3 s of 17-19 s
 # (benchmarks.fixed_cost, 2026-12-03):
 # - Beam asks for a DoFn's state and timer specs (apache_beam/transforms/userstate.py,
 #   get_dofn_specs) when its ParDo is built, validated and converted to the runner API, and
@@ -448,7 +448,8 @@ def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
 # - Beam's dill pickler (apache_beam/internal/dill_pickler.py) calls dill._trace(False) after
 #   every dumps and loads, which sets the "dill" logger's level and so clears the cache of every
 #   logger in the process, level unchanged or not: 8,700 times a penguin run. With the next
-#   item, Beam's pickling took 4.2-4.5 s of a penguin run before and 2.4-2.6 s after.
+#   item, Beam's pickling (dumps and loads) took 3.2-3.8 s of a penguin run before and 2.4-2.9 s
+#   after.
 # - It compresses each pickle with bz2 at level 9 (about 160 us a call whatever the size, for
 #   its 900 kB blocks): 3,679 calls in a penguin run for 884 distinct pickles (a DoFn is pickled
 #   when its ParDo is built, converted to the runner API and its bundles set up). The same bytes
