@@ -33,9 +33,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 from components.training.settings import (  # noqa: E402
-    DELETE_POLICIES,
-    GANG_SCHEDULERS,
-    RUNTIME_KINDS,
     GpuPool,
     Resources,
     TFJobConfig,
@@ -44,7 +41,7 @@ from components.training.settings import (  # noqa: E402
 )
 from kubeflow import config as kf_config  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import flags, preflight, user_code  # noqa: E402
+from pipeline import flags, launcher_flags, preflight, user_code  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
 from pipeline.local import console  # noqa: E402
 
@@ -117,7 +114,7 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         metavar="KEY[=VALUE][:EFFECT]",
         help="taint of the GPU pool to tolerate, repeatable (default: nvidia.com/gpu)",
     )
-    _add_launcher_flags(parser)
+    launcher_flags.add_launcher_flags(parser, default=TFJobConfig.KIND)
     parser.add_argument(
         "--pvc_name",
         default="",
@@ -137,74 +134,6 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
         help="DirectRunner inside the component's pod",
     )
     parser.add_argument("--beam_workers", type=int, default=1)
-
-
-def _add_launcher_flags(parser: argparse.ArgumentParser) -> None:
-    """Where multi-worker strategies train (README: "Multi-worker training on Kubernetes")."""
-    job = TFJobConfig()
-    group = parser.add_argument_group(
-        "multi-worker launcher (multi_worker_mirrored, parameter_server)"
-    )
-    group.add_argument(
-        "--launcher",
-        choices=kf_config.LAUNCHERS,
-        default=TFJobConfig.KIND,
-        help="tfjob: a Training Operator v1 (1.9) TFJob; trainjob: a Kubeflow Trainer v2 (2.3) "
-        "TrainJob on this project's TensorFlow runtime; local: processes in the Trainer's pod",
-    )
-    group.add_argument(
-        "--job_namespace",
-        "--tfjob_namespace",
-        dest="job_namespace",
-        default=job.namespace,
-        help="namespace of the job (default: the Trainer pod's own, e.g. the Kubeflow profile)",
-    )
-    group.add_argument(
-        "--job_service_account",
-        "--tfjob_service_account",
-        dest="job_service_account",
-        default=job.service_account,
-        help="service account of the job's pods (default: the Trainer pod's own, which holds "
-        "the pipeline root's storage credentials)",
-    )
-    group.add_argument(
-        "--job_delete",
-        "--tfjob_delete",
-        dest="job_delete",
-        choices=DELETE_POLICIES,
-        default=job.delete_policy,
-        help="delete the job after success, always, or never (a cancelled run always deletes)",
-    )
-    group.add_argument(
-        "--job_deadline_seconds",
-        type=int,
-        default=job.active_deadline_seconds,
-        help="the job fails and frees its nodes after this long (activeDeadlineSeconds)",
-    )
-    group.add_argument(
-        "--gang_scheduling",
-        choices=GANG_SCHEDULERS,
-        default=job.gang_scheduling,
-        help="schedule all pods at once or none (TFJob: the operator's gang scheduler; "
-        "TrainJob: the runtime's podGroupPolicy)",
-    )
-    group.add_argument(
-        "--gang_schedule_timeout_seconds", type=int, default=job.gang_schedule_timeout_seconds
-    )
-    group.add_argument("--worker_cpu", type=float, default=job.worker.cpu, help="per worker pod")
-    group.add_argument(
-        "--worker_memory_gb", type=float, default=job.worker.memory_gb, help="per worker pod"
-    )
-    group.add_argument(
-        "--trainjob_runtime",
-        default="",
-        help="(Cluster)TrainingRuntime name (default: this project's for the strategy)",
-    )
-    group.add_argument(
-        "--trainjob_runtime_kind",
-        choices=RUNTIME_KINDS,
-        default=TrainJobConfig().runtime_kind,
-    )
 
 
 def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
@@ -277,36 +206,6 @@ def _check_counts(args: argparse.Namespace) -> None:
         )
 
 
-def _kubernetes_job(args: argparse.Namespace, training) -> TFJobConfig | TrainJobConfig:
-    """The TFJob or TrainJob settings the launcher flags ask for (validated: errors name the
-    flag)."""
-    shared = dict(
-        namespace=args.job_namespace,
-        service_account=args.job_service_account,
-        worker=Resources(cpu=args.worker_cpu, memory_gb=args.worker_memory_gb, gpus=args.gpus),
-        delete_policy=args.job_delete,
-        active_deadline_seconds=args.job_deadline_seconds,
-        gang_scheduling=args.gang_scheduling,
-        gang_schedule_timeout_seconds=args.gang_schedule_timeout_seconds,
-        pvc_name=args.pvc_name,
-        mount_path=args.mount_path,
-        # Validated with the image filled in by KubeflowConfig.kubernetes_job.
-        image=args.gpu_image,
-    )
-    job: TFJobConfig | TrainJobConfig
-    if args.launcher == TFJobConfig.KIND:
-        job = TFJobConfig(**shared, backoff_limit=training.max_restarts + 1)
-    else:
-        job = TrainJobConfig(
-            **shared,
-            runtime_name=args.trainjob_runtime,
-            runtime_kind=args.trainjob_runtime_kind,
-            max_restarts=training.max_restarts,
-        )
-    job.validate()
-    return job
-
-
 def build_configs(
     args: argparse.Namespace,
 ) -> tuple[config_lib.PipelineConfig, kf_config.KubeflowConfig]:
@@ -338,7 +237,9 @@ def build_configs(
     training = flags.training_config(args, dataset)
     if args.launcher in (TFJobConfig.KIND, TrainJobConfig.KIND) and training.needs_cluster:
         training = dataclasses.replace(
-            training, launcher=kubeflow.kubernetes_job(_kubernetes_job(args, training))
+            training, launcher=kubeflow.kubernetes_job(
+                launcher_flags.kubernetes_job(args, training, image=args.gpu_image)
+            )
         )
     direct = config_lib.BeamConfig(
         mode=args.beam_mode, num_workers=args.beam_workers, extra_args=tuple(args.beam_arg)

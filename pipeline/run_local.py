@@ -26,13 +26,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import datasets, flags, preflight, user_code  # noqa: E402
+from pipeline import datasets, flags, launcher_flags, preflight, user_code  # noqa: E402
 from pipeline.beam import clusters as beam_clusters  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
 from pipeline.local import console, report  # noqa: E402
 from pipeline.local import policy as local  # noqa: E402
 
 if TYPE_CHECKING:
+    from components.training.settings import TrainingConfig
     from pipeline.local.guard import RunGuard
 
 EXIT_PIPELINE_FAILED = 1
@@ -82,12 +83,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--mysql_port", type=int, default=3306)
     parser.add_argument("--mysql_database", default="metadb")
+    launcher_flags.add_cluster_flags(parser)
     args = parser.parse_args(argv)
     try:
         args.dataset_choice = flags.dataset_choice(args)
     except config_lib.ConfigError as error:
         parser.error(str(error))
     return args
+
+
+def _training(args: argparse.Namespace, dataset) -> TrainingConfig:
+    """The training flags; a multi-worker strategy with --launcher tfjob/trainjob trains on the
+    cluster of --kubeconfig."""
+    training = flags.training_config(args, dataset)
+    if args.launcher == "local" or not training.needs_cluster:
+        return training
+    launcher = launcher_flags.cluster_job(args, training, args.output_root)
+    return dataclasses.replace(training, launcher=launcher)
 
 
 def build_config(
@@ -106,7 +118,7 @@ def build_config(
         dataset=dataset,
         output_root=args.output_root,
         pipeline_name=args.pipeline_name,
-        training=flags.training_config(args, dataset),
+        training=_training(args, dataset),
         beam=beam_runners.beam_config(
             args,
             local.choose_beam(

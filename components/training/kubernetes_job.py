@@ -179,13 +179,41 @@ def container_env() -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in KERAS_ENV.items()]
 
 
-def load_kubernetes_config() -> None:
+def load_kubernetes_config(kubeconfig: str = "") -> None:
+    """An explicit kubeconfig file, else the pod's service account, else $KUBECONFIG or
+    ~/.kube/config."""
     from kubernetes import config as k8s_config
 
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig)
+        return
     try:
         k8s_config.load_incluster_config()  # the Trainer's pod: its service account
     except k8s_config.ConfigException:
         k8s_config.load_kube_config()  # a workstation: KUBECONFIG / ~/.kube/config
+
+
+# A cluster may say what its pods can mount and run (kubeflow.local_cluster writes it): a
+# ConfigMap with `shared` (a host folder every pod can mount, at the same path), `pvc` (the claim
+# on it, in namespace default), `image` (the project's image as its pods name it) and
+# `run_as_user` (the owner of the shared folder).
+CLUSTER_INFO = ("kube-public", "tfx-scaleout-cluster")
+
+
+def cluster_info(kubeconfig: str = "") -> dict[str, str]:
+    """The cluster's ConfigMap CLUSTER_INFO ({} when it has none)."""
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+    from kubernetes.client.exceptions import ApiException
+
+    api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=kubeconfig or None))
+    try:
+        found = api.read_namespaced_config_map(CLUSTER_INFO[1], CLUSTER_INFO[0])
+    except ApiException as error:
+        if error.status == 404:
+            return {}
+        raise
+    return dict(found.data or {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +279,7 @@ class KubernetesJobLauncher:
         if custom_api is None or core_api is None:
             from kubernetes import client as k8s
 
-            load_kubernetes_config()
+            load_kubernetes_config(settings.kubeconfig)
             custom_api = custom_api or k8s.CustomObjectsApi()
             core_api = core_api or k8s.CoreV1Api()
         self.custom_api = custom_api

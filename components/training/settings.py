@@ -225,6 +225,13 @@ class KubernetesJobConfig:
     # Trainer (SIGTERM) always deletes it.
     delete_policy: str = launcher_field("on_success", "--job_delete")
     poll_seconds: float = 10.0
+    # Where the Trainer finds the cluster when it runs outside one (a workstation, run_local.py);
+    # "": in-cluster (the Trainer's pod), else $KUBECONFIG or ~/.kube/config.
+    kubeconfig: str = launcher_field("", "--kubeconfig")
+    # The user the job's pods run as (securityContext runAsUser/runAsGroup; -1: the image's,
+    # uid 1000). A hostPath or NFS volume is not made writable for the pods' user: the pods must
+    # run as the user that owns the output root (the local cluster says which).
+    run_as_user: int = launcher_field(-1, "--job_run_as_user")
 
     def _field(self, name: str) -> str:
         flag_name = _launcher_flag(type(self), name.split(".")[0])
@@ -278,6 +285,9 @@ class KubernetesJobConfig:
             f"must be one of {DELETE_POLICIES}, got {self.delete_policy!r}",
         )
         require(self.poll_seconds > 0, "poll_seconds", "must be > 0")
+        require(
+            self.run_as_user >= -1, "run_as_user", f"must be a uid >= 0, got {self.run_as_user}"
+        )
 
     def to_dict(self) -> dict:
         return to_dict(self)

@@ -89,10 +89,20 @@ def pod_template(
             containers=[container],
             volumes=volumes or None,
             service_account_name=service_account or None,
+            security_context=_security_context(settings),
             node_selector=node_selector,
             tolerations=tolerations,
         ),
     )
+
+
+def _security_context(settings: TFJobConfig):
+    from kubernetes import client as k8s
+
+    if settings.run_as_user < 0:
+        return None
+    user = settings.run_as_user
+    return k8s.V1PodSecurityContext(run_as_user=user, run_as_group=user)
 
 
 def tfjob_manifest(

@@ -194,6 +194,9 @@ def _pod_patch(task_type: str, settings: TrainJobConfig, task_uri: str, service_
     pod: dict = {}
     if service_account:
         pod["serviceAccountName"] = service_account
+    if settings.run_as_user >= 0:
+        user = settings.run_as_user
+        pod["securityContext"] = {"runAsUser": user, "runAsGroup": user}
     if resources.gpus and settings.gpu_pool.node_selector:
         pod["nodeSelector"] = dict(settings.gpu_pool.node_selector)
     if resources.gpus and settings.gpu_pool.tolerations:

@@ -2,11 +2,9 @@
 kube-controller-manager (its garbage collector only) built from the Kubernetes source, and
 Debian's etcd; no kubelet, no scheduler, no operators.
 
-The binaries come from a Go module build (kube_build/go.mod: k8s.io/kubernetes at a release tag,
-each staging module replaced by its published k8s.io/<module> version; go.sum pins them all),
-built with `-trimpath -ldflags='-s -w'` once per machine and kept under
-~/.cache/tfx-scaleout/kubernetes/<version>-<hash of go.mod and go.sum>/ ($XDG_CACHE_HOME
-respected; Go's own module and build caches are where `go env` says). The API server runs with
+The binaries are the local cluster's Kubernetes build (kubeflow/local_cluster/builds.py: the Go
+module kubeflow/local_cluster/go/kubernetes, k8s.io/kubernetes at a release tag, built once per
+machine and cached under ~/.cache/tfx-scaleout/kubernetes/<version>-<hash of go.mod and go.sum>/). The API server runs with
 RBAC authorization, a self-signed serving certificate for 127.0.0.1, a static token for the
 tests' cluster admin (group system:masters), service-account tokens signed by a key made per
 session (TokenRequest), and the OwnerReferencesPermissionEnforcement admission plugin (the rule
@@ -21,14 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import datetime
-import fcntl
-import hashlib
 import ipaddress
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -39,119 +33,21 @@ import time
 import urllib.error
 import urllib.request
 
+from kubeflow.local_cluster import builds
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-BUILD_MODULE = os.path.join(HERE, "kube_build")
 CRD_DIR = os.path.join(HERE, "crds")
-VERSION_PACKAGE = "k8s.io/component-base/version"
 ADMIN_USER = "tfx-scaleout-test-admin"
-
-
-def go_build_flags() -> list[str]:
-    """The lean build: no file paths, symbol tables or debug information in the binary; the
-    release stamped in as Kubernetes' own build does (else it reports v0.0.0-master)."""
-    version = kubernetes_version()
-    major, minor = version.lstrip("v").split(".")[:2]
-    stamps = [f"gitVersion={version}", f"gitMajor={major}", f"gitMinor={minor}"]
-    ldflags = " ".join(["-s", "-w", *(f"-X {VERSION_PACKAGE}.{stamp}" for stamp in stamps)])
-    return ["-trimpath", f"-ldflags={ldflags}"]
-
-
-class Unavailable(RuntimeError):
-    """What the control plane needs is not on this machine (Go, etcd); the message says what."""
-
-
-def kubernetes_version(go_mod: str | None = None) -> str:
-    """The k8s.io/kubernetes release kube_build/go.mod requires (e.g. v1.34.4)."""
-    with open(go_mod or os.path.join(BUILD_MODULE, "go.mod")) as handle:
-        found = re.search(r"^require k8s\.io/kubernetes (v\S+)$", handle.read(), re.M)
-    if not found:
-        raise RuntimeError("kube_build/go.mod does not require k8s.io/kubernetes at a version")
-    return found.group(1)
-
-
-def _go_version_needed() -> tuple[int, int]:
-    with open(os.path.join(BUILD_MODULE, "go.mod")) as handle:
-        found = re.search(r"^go (\d+)\.(\d+)", handle.read(), re.M)
-    assert found, "kube_build/go.mod has no go line"
-    return int(found.group(1)), int(found.group(2))
-
-
-def cache_dir() -> str:
-    """Where this build of the binaries is kept: per Kubernetes version and module pins."""
-    digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
-        with open(os.path.join(BUILD_MODULE, name), "rb") as handle:
-            digest.update(handle.read())
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    key = f"{kubernetes_version()}-{digest.hexdigest()[:12]}"
-    return os.path.join(root, "tfx-scaleout", "kubernetes", key)
-
-
-def _go() -> str:
-    go = shutil.which("go")
-    if go is None:
-        raise Unavailable("kube-apiserver is built from source: install Go (go.dev/dl)")
-    output = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout
-    found = re.match(r"go(\d+)\.(\d+)", output.strip())
-    needed = _go_version_needed()
-    if not found or (int(found.group(1)), int(found.group(2))) < needed:
-        raise Unavailable(
-            f"kube-apiserver {kubernetes_version()} needs Go >= {needed[0]}.{needed[1]}, "
-            f"found {output.strip() or 'none'}"
-        )
-    return go
-
-
-# What the tests run: the API server, and kube-controller-manager for its garbage collector.
+Unavailable = builds.Unavailable
+# What these tests run: the API server, and kube-controller-manager for its garbage collector.
 TOOLS = ("kube-apiserver", "kube-controller-manager")
 
 
-@dataclasses.dataclass(frozen=True)
-class Built:
-    paths: dict[str, str]  # tool -> binary
-    # Seconds the build took in this process; 0.0 when the cached binaries were used.
-    seconds: float
-
-
-def build(tools: tuple[str, ...] = TOOLS, say=lambda line: None) -> Built:
-    """The binaries of k8s.io/kubernetes/cmd/<tool>: cached, else built by one `go build`
-    (its packages compiled once for all tools, the links in parallel), under a lock so that two
-    test sessions on one machine build them once."""
-    folder = cache_dir()
-    paths = {tool: os.path.join(folder, tool) for tool in tools}
-
-    def cached() -> bool:
-        return all(os.access(path, os.X_OK) for path in paths.values())
-
-    if cached():
-        return Built(paths, 0.0)
-    go = _go()
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, ".build.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if cached():
-            return Built(paths, 0.0)
-        say(f"tests: building {', '.join(tools)} {kubernetes_version()} from source (once)")
-        started = time.monotonic()
-        partial = os.path.join(folder, ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        os.makedirs(partial)
-        flags = f"{os.environ.get('GOFLAGS', '')} -mod=readonly -modcacherw".strip()
-        packages = [f"k8s.io/kubernetes/cmd/{tool}" for tool in tools]
-        result = subprocess.run(
-            [go, "build", *go_build_flags(), "-o", partial + os.sep, *packages],
-            cwd=BUILD_MODULE,
-            env=dict(os.environ, GOFLAGS=flags),
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-            raise RuntimeError(f"go build of {', '.join(tools)} failed:\n{tail}")
-        for tool, path in paths.items():
-            os.replace(os.path.join(partial, tool), path)
-        os.rmdir(partial)
-        return Built(paths, time.monotonic() - started)
+def build(tools: tuple[str, ...] = TOOLS, say=lambda line: None) -> builds.Built:
+    """The binaries, from the local cluster's Kubernetes build (all of its tools are built in
+    one `go build` and cached together: kubeflow/local_cluster/builds.py)."""
+    built = builds.build_kubernetes(say=say)
+    return builds.Built({tool: built.paths[tool] for tool in tools}, built.seconds)
 
 
 def free_port() -> int:

@@ -1,0 +1,334 @@
+"""What the local cluster runs, built from source once per machine and cached under
+~/.cache/tfx-scaleout/ ($XDG_CACHE_HOME respected), keyed by what each build depends on:
+
+- Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
+  kubectl): one `go build` in the module go/kubernetes (k8s.io/kubernetes at a release tag, its
+  staging modules replaced by their published versions, go.sum pinning all); key: the release
+  and a hash of go.mod and go.sum.
+- The controllers the cluster runs as pods, each `go install MODULE/PACKAGE@VERSION` (the
+  module's own go.mod and go.sum, verified by the Go checksum database), static (CGO off); key:
+  the version and the Go release: CoreDNS, the Training Operator v1, JobSet and Kubeflow Trainer.
+- The sandbox (pause) program: Kubernetes' own build/pause/linux/pause.c from the same
+  k8s.io/kubernetes module, linked statically with gcc.
+
+Builds that do not depend on each other run at the same time (`build_all`); each writes its log
+beside its output, and a failure names that log and its last lines.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KUBERNETES_MODULE = os.path.join(HERE, "go", "kubernetes")
+VERSION_PACKAGE = "k8s.io/component-base/version"
+KUBERNETES_TOOLS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "kubectl",
+)
+Say = Callable[[str], None]
+
+
+class Unavailable(RuntimeError):
+    """A tool the build needs is not on this machine; the message says what to install."""
+
+
+class BuildFailed(RuntimeError):
+    """A build failed; the message names its log and ends with the log's last lines."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GoInstall:
+    """A program built with `go install PACKAGE@VERSION` from its own module."""
+
+    name: str  # the binary's name and the image's
+    package: str
+    version: str
+    module: str
+    # A module of this project that requires `module` at `version` and is built in place of
+    # `go install` (its go.sum pins the dependencies): go/<name>.
+    wrapper: str = ""
+
+    @property
+    def binary(self) -> str:
+        return self.package.rstrip("/").rsplit("/", 1)[-1]
+
+
+# The versions whose CRDs are vendored in tests/components/training/crds (same releases).
+CONTROLLERS: dict[str, GoInstall] = {
+    "coredns": GoInstall(
+        "coredns", "github.com/coredns/coredns", "v1.15.0", "github.com/coredns/coredns"
+    ),
+    "training-operator": GoInstall(
+        "training-operator",
+        "github.com/kubeflow/training-operator/cmd/training-operator.v1",
+        "v1.9.0",
+        "github.com/kubeflow/training-operator",
+    ),
+    "jobset": GoInstall(
+        "jobset", "sigs.k8s.io/jobset", "v0.12.0", "sigs.k8s.io/jobset", wrapper="jobset"
+    ),
+    "trainer": GoInstall(
+        "trainer",
+        "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
+        "v2.3.0",
+        "github.com/kubeflow/trainer/v2",
+    ),
+}
+
+
+def cache_root() -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "tfx-scaleout")
+
+
+def kubernetes_version(go_mod: str | None = None) -> str:
+    """The k8s.io/kubernetes release go/kubernetes/go.mod requires (e.g. v1.34.4)."""
+    with open(go_mod or os.path.join(KUBERNETES_MODULE, "go.mod")) as handle:
+        found = re.search(
+            r"^require k8s\.io/kubernetes (v\S+)( // indirect)?$", handle.read(), re.M
+        )
+    if not found:
+        raise RuntimeError("go/kubernetes/go.mod does not require k8s.io/kubernetes at a version")
+    return found.group(1)
+
+
+def kubernetes_build_flags() -> list[str]:
+    """The lean build: no file paths, symbol tables or debug information in the binary; the
+    release stamped in as Kubernetes' own build does (else it reports v0.0.0-master)."""
+    version = kubernetes_version()
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamps = [f"gitVersion={version}", f"gitMajor={major}", f"gitMinor={minor}"]
+    ldflags = " ".join(["-s", "-w", *(f"-X {VERSION_PACKAGE}.{stamp}" for stamp in stamps)])
+    return ["-trimpath", f"-ldflags={ldflags}"]
+
+
+def kubernetes_cache_dir() -> str:
+    """Where this build of the Kubernetes binaries is kept: per release and module pins."""
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        with open(os.path.join(KUBERNETES_MODULE, name), "rb") as handle:
+            digest.update(handle.read())
+    key = f"{kubernetes_version()}-{digest.hexdigest()[:12]}"
+    return os.path.join(cache_root(), "kubernetes", key)
+
+
+def _go_version_needed() -> tuple[int, int]:
+    with open(os.path.join(KUBERNETES_MODULE, "go.mod")) as handle:
+        found = re.search(r"^go (\d+)\.(\d+)", handle.read(), re.M)
+    assert found, "go/kubernetes/go.mod has no go line"
+    return int(found.group(1)), int(found.group(2))
+
+
+def go() -> str:
+    """The go command, checked against the release go/kubernetes/go.mod needs."""
+    found_go = shutil.which("go")
+    if found_go is None:
+        raise Unavailable("the cluster is built from source: install Go (go.dev/dl)")
+    output = subprocess.run(
+        [found_go, "env", "GOVERSION"], capture_output=True, text=True
+    ).stdout.strip()
+    found = re.match(r"go(\d+)\.(\d+)", output)
+    needed = _go_version_needed()
+    if not found or (int(found.group(1)), int(found.group(2))) < needed:
+        raise Unavailable(
+            f"Kubernetes {kubernetes_version()} needs Go >= {needed[0]}.{needed[1]}, "
+            f"found {output or 'none'}"
+        )
+    return found_go
+
+
+def _go_release() -> str:
+    return subprocess.run([go(), "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    paths: dict[str, str]  # program -> binary
+    seconds: float  # spent building in this process; 0.0 when all came from the cache
+
+
+def _locked_build(
+    folder: str, outputs: dict[str, str], what: str, run: Callable[[str, str], None], say: Say
+) -> Built:
+    """Runs `run(partial_folder, log_path)` once per machine (a lock in `folder`) unless every
+    output exists; moves the partial folder's files into place."""
+
+    def cached() -> bool:
+        return all(os.access(path, os.X_OK) for path in outputs.values())
+
+    if cached():
+        return Built(outputs, 0.0)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, ".build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cached():
+            return Built(outputs, 0.0)
+        say(f"building {what} (once per machine; log: {os.path.join(folder, 'build.log')})")
+        started = time.monotonic()
+        partial = os.path.join(folder, ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        os.makedirs(partial)
+        log_path = os.path.join(folder, "build.log")
+        run(partial, log_path)
+        for path in outputs.values():
+            os.replace(os.path.join(partial, os.path.basename(path)), path)
+        shutil.rmtree(partial, ignore_errors=True)
+        seconds = time.monotonic() - started
+        say(f"built {what} in {seconds:.0f} s")
+        return Built(outputs, seconds)
+
+
+def _run_logged(command: list[str], log_path: str, what: str, **options) -> None:
+    with open(log_path, "w") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        result = subprocess.run(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **options
+        )
+    if result.returncode != 0:
+        with open(log_path, errors="replace") as log:
+            tail = "\n".join(log.read().strip().splitlines()[-15:])
+        raise BuildFailed(f"the build of {what} failed (log: {log_path}):\n{tail}")
+
+
+def build_kubernetes(tools: Iterable[str] = KUBERNETES_TOOLS, say: Say = lambda _: None) -> Built:
+    """The binaries of k8s.io/kubernetes/cmd/<tool>: one `go build` (the shared packages
+    compiled once, the links in parallel)."""
+    tools = tuple(tools)
+    folder = kubernetes_cache_dir()
+    outputs = {tool: os.path.join(folder, tool) for tool in tools}
+
+    def run(partial: str, log_path: str) -> None:
+        flags = f"{os.environ.get('GOFLAGS', '')} -mod=readonly -modcacherw".strip()
+        packages = [f"k8s.io/kubernetes/cmd/{tool}" for tool in tools]
+        _run_logged(
+            [go(), "build", *kubernetes_build_flags(), "-o", partial + os.sep, *packages],
+            log_path,
+            ", ".join(tools),
+            cwd=KUBERNETES_MODULE,
+            env=dict(os.environ, GOFLAGS=flags),
+        )
+
+    what = f"{', '.join(tools)} {kubernetes_version()} from source"
+    return _locked_build(folder, outputs, what, run, say)
+
+
+def build_controller(controller: GoInstall, say: Say = lambda _: None) -> Built:
+    key = f"{controller.name}-{controller.version}-{_go_release()}"
+    wrapper = os.path.join(HERE, "go", controller.wrapper) if controller.wrapper else ""
+    if wrapper:
+        with open(os.path.join(wrapper, "go.sum"), "rb") as handle:
+            key += "-" + hashlib.sha256(handle.read()).hexdigest()[:12]
+    folder = os.path.join(cache_root(), "controllers", key)
+    outputs = {controller.name: os.path.join(folder, controller.binary)}
+
+    def run(partial: str, log_path: str) -> None:
+        flags = f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip()
+        lean = ["-trimpath", "-ldflags=-s -w"]
+        if wrapper:
+            command = [go(), "build", *lean, "-mod=readonly", "-o", partial + os.sep]
+            command.append(controller.package)
+        else:
+            command = [go(), "install", *lean, f"{controller.package}@{controller.version}"]
+        _run_logged(
+            command,
+            log_path,
+            f"{controller.name} {controller.version}",
+            cwd=wrapper or partial,
+            # Static: the images hold nothing but the program.
+            env=dict(os.environ, GOBIN=partial, CGO_ENABLED="0", GOFLAGS=flags),
+        )
+
+    return _locked_build(folder, outputs, f"{controller.name} {controller.version}", run, say)
+
+
+def module_dir(module: str, version: str) -> str:
+    """The module's files (manifests, sources) in Go's module cache, downloaded if missing."""
+    result = subprocess.run(
+        [go(), "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GOFLAGS="-modcacherw"),
+    )
+    try:
+        info = json.loads(result.stdout)
+    except ValueError:
+        info = {}
+    if result.returncode != 0 or "Dir" not in info:
+        raise BuildFailed(
+            f"go mod download {module}@{version} failed: {info.get('Error') or result.stderr.strip()}"
+        )
+    return info["Dir"]
+
+
+def build_pause(say: Say = lambda _: None) -> Built:
+    """Kubernetes' pause program (the pod sandbox's one process), static: the image that holds
+    it has nothing else."""
+    version = kubernetes_version()
+    folder = os.path.join(cache_root(), "pause", version)
+    outputs = {"pause": os.path.join(folder, "pause")}
+
+    def run(partial: str, log_path: str) -> None:
+        gcc = shutil.which("gcc")
+        if gcc is None:
+            raise Unavailable("the pod sandbox program is built with gcc: apt-get install gcc")
+        source = os.path.join(module_dir("k8s.io/kubernetes", version), "build", "pause", "linux")
+        _run_logged(
+            [
+                gcc,
+                "-Os",
+                "-static",
+                "-Wall",
+                "-Werror",
+                f"-DVERSION={version}-tfx-scaleout",
+                "-o",
+                os.path.join(partial, "pause"),
+                os.path.join(source, "pause.c"),
+            ],
+            log_path,
+            "pause",
+        )
+
+    return _locked_build(
+        folder, outputs, f"the pod sandbox (pause.c, Kubernetes {version})", run, say
+    )
+
+
+def build_all(
+    say: Say = lambda _: None, controllers: Iterable[str] = tuple(CONTROLLERS)
+) -> dict[str, Built]:
+    """Every build the cluster needs, started together; raises the first failure after all
+    have ended (so that one failure does not leave another build half done)."""
+    jobs: dict[str, Callable[[], Built]] = {
+        "kubernetes": lambda: build_kubernetes(say=say),
+        "pause": lambda: build_pause(say=say),
+    }
+    for name in controllers:
+        jobs[name] = lambda controller=CONTROLLERS[name]: build_controller(controller, say=say)
+    results: dict[str, Built] = {}
+    errors: list[BaseException] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {pool.submit(job): name for name, job in jobs.items()}
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                results[futures[future]] = future.result()
+            except BaseException as error:  # noqa: BLE001 (re-raised below)
+                errors.append(error)
+    if errors:
+        raise errors[0]
+    return results

@@ -1,0 +1,435 @@
+"""`up`, `status` and `down` of the local cluster, as a list of named steps (kind's
+pkg/cluster/internal/create does the same): each step says what it starts, and a failure names
+the step and ends with the log that explains it. `down` removes everything `up` made, found on
+the host (processes by cgroup and network namespace, cgroups, mounts, interfaces, the
+namespace), also after a failed or killed `up`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from kubeflow.local_cluster import addons, builds, host, images, node, pki
+
+Say = Callable[[str], None]
+
+# Debian packages `up` drives: program -> package.
+PROGRAMS = {
+    "etcd": "etcd-server",
+    "containerd": "containerd",
+    "ctr": "containerd",
+    "runc": "runc",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+    "podman": "podman",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "ip": "iproute2",
+    "gcc": "gcc",
+}
+CNI_BIN = "/usr/lib/cni"
+SANDBOX_IMAGE = "pause"
+
+
+class ClusterError(RuntimeError):
+    """One line a user can act on (then, where there is one, the log that explains it)."""
+
+
+def which(program: str) -> str | None:
+    found = shutil.which(program)
+    if found:
+        return found
+    for folder in ("/usr/sbin", "/sbin", "/usr/local/sbin"):
+        candidate = os.path.join(folder, program)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def preflight(layout: node.Layout) -> dict[str, str]:
+    """The bad states `up` refuses, each as one line; returns the programs' paths."""
+    if os.geteuid() != 0:
+        raise ClusterError(
+            "the local cluster needs root (network namespace, cgroups, containerd): run it as root"
+        )
+    paths = {program: which(program) for program in PROGRAMS}
+    missing = sorted({PROGRAMS[p] for p, path in paths.items() if path is None})
+    if not os.path.exists(os.path.join(CNI_BIN, "bridge")):
+        missing.append("containernetworking-plugins")
+    if missing:
+        raise ClusterError(
+            f"Debian packages missing: {', '.join(missing)}: "
+            f"apt-get install -y {' '.join(sorted(missing))}"
+        )
+    if running_supervisor(layout):
+        raise ClusterError(
+            f"a cluster is already up (kubeconfig: {layout.kubeconfig}): "
+            "`python -m kubeflow.local_cluster down` first"
+        )
+    if host.netns_exists() or host.link_exists(node.HOST_VETH):
+        raise ClusterError(
+            f"network namespace {node.NETNS} or interface {node.HOST_VETH} is in use (a cluster "
+            "left behind?): `python -m kubeflow.local_cluster down` removes it"
+        )
+    if host.cgroup_dirs():
+        raise ClusterError(
+            f"cgroup {node.CGROUP_ROOT} exists (a cluster left behind?): "
+            "`python -m kubeflow.local_cluster down` removes it"
+        )
+    overlapping = host.overlapping_routes()
+    if overlapping:
+        raise ClusterError(
+            f"this machine routes addresses the cluster uses ({node.HOST_IP}/{node.LINK_PREFIX}, "
+            f"{node.POD_CIDR}, {node.SERVICE_CIDR}): {'; '.join(overlapping)}"
+        )
+    return {program: path for program, path in paths.items() if path}
+
+
+def running_supervisor(layout: node.Layout) -> int | None:
+    with contextlib.suppress(OSError, ValueError), open(layout.pidfile) as handle:
+        pid = int(handle.read().strip())
+        if host.pid_alive(pid):
+            return pid
+    return None
+
+
+@dataclasses.dataclass
+class Step:
+    """A named step of `up`: its start and end printed, its failure named."""
+
+    say: Say
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def __call__(self, title: str):
+        self.say(f"• {title} ...")
+        started = time.monotonic()
+        try:
+            yield
+        except BaseException as error:
+            self.say(f"✗ {title} failed")
+            if isinstance(error, (ClusterError, builds.BuildFailed, builds.Unavailable)):
+                raise ClusterError(f"{title}: {error}") from error
+            raise
+        seconds = time.monotonic() - started
+        self.timings[title] = seconds
+        self.say(f"✓ {title} ({seconds:.1f} s)")
+
+
+def _start_supervisor(layout: node.Layout, paths: dict[str, str]) -> subprocess.Popen:
+    os.makedirs(layout.logs, exist_ok=True)
+    log = open(layout.supervisor_log, "ab")  # noqa: SIM115 (the supervisor keeps it)
+    command = [
+        paths["unshare"],
+        "--mount",
+        "--propagation",
+        "private",
+        paths["nsenter"],
+        f"--net={host.netns_path()}",
+        sys.executable,
+        "-m",
+        "kubeflow.local_cluster.supervisor",
+        layout.run,
+    ]
+    environment = dict(os.environ, PYTHONUNBUFFERED="1")
+    # The supervisor imports this package: make it importable from wherever `up` runs.
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [package_root, environment.get("PYTHONPATH", "")])
+    )
+    process = subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=environment,
+        cwd=layout.run,
+    )
+    log.close()
+    return process
+
+
+def _create_private_dirs(layout: node.Layout) -> None:
+    """The PRIVATE_DIRS the host lacks, created as mount points and recorded for `down`."""
+    created = []
+    for folder in node.PRIVATE_DIRS:
+        missing = []
+        path = folder
+        while not os.path.exists(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        created += missing
+    with open(layout.created_dirs, "w") as handle:
+        json.dump(created, handle)
+
+
+def _remove_created_dirs(layout: node.Layout) -> list[str]:
+    removed = []
+    with contextlib.suppress(OSError, ValueError), open(layout.created_dirs) as handle:
+        created = json.load(handle)
+        for folder in sorted(created, key=lambda path: -path.count("/")):
+            if os.path.ismount(folder) and not os.listdir(folder):
+                # `ip netns add` bind-mounts /run/netns onto itself when it creates it.
+                host.run("umount", folder, check=False)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only when empty: a folder something else filled stays
+                removed.append(folder)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(layout.created_dirs)
+    return removed
+
+
+def _follow_supervisor(layout: node.Layout, process: subprocess.Popen, say: Say) -> None:
+    """Relays the supervisor's step lines until it says `running`; raises on `failed`."""
+    offset = 0
+    failure: list[str] = []
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        with open(layout.supervisor_log, errors="replace") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+            offset = handle.tell()
+        for line in chunk.splitlines():
+            words = line.split()
+            if failure:
+                failure.append(line)
+            elif len(words) >= 3 and words[1] in ("starting", "ready"):
+                say(f"  {' '.join(words[1:])}")
+            elif len(words) >= 2 and words[1] == "failed":
+                failure.append(" ".join(words[1:]))
+            elif len(words) >= 2 and words[1] == "running":
+                return
+        if process.poll() is not None:
+            detail = "\n".join(failure) or f"it exited with {process.returncode}"
+            raise ClusterError(
+                f"the node did not start: {detail}\n(supervisor log: {layout.supervisor_log})"
+            )
+        time.sleep(0.3)
+    raise ClusterError(f"the node did not start in 600 s (log: {layout.supervisor_log})")
+
+
+@dataclasses.dataclass(frozen=True)
+class UpOptions:
+    root: str
+    image: str = ""  # the project's image in podman's store ("": none loaded)
+    operators: tuple[str, ...] = ("training-operator", "jobset", "trainer")
+
+
+def up(options: UpOptions, say: Say = print) -> dict:
+    """Builds what is missing, starts the node, loads the images, installs the CRDs and the
+    controllers; returns the cluster's info (what `status` prints). A failed `up` removes what
+    it made."""
+    layout = node.Layout(options.root)
+    step = Step(say)
+    with step("checking this machine"):
+        paths = preflight(layout)
+    try:
+        return _up(layout, options, paths, step, say)
+    except BaseException:
+        if os.path.isdir(layout.logs):
+            kept = os.path.join(options.root, "failed-up-logs")
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(layout.logs, kept)
+            say(f"the node's logs are kept in {kept}")
+        say("removing what this `up` made (down)")
+        down(options.root, say=lambda line: say(f"  {line}"))
+        raise
+
+
+def _up(layout: node.Layout, options: UpOptions, paths: dict, step: Step, say: Say) -> dict:
+    started = time.monotonic()
+    with step("building Kubernetes, CoreDNS, the operators and the sandbox (cached)"):
+        built = builds.build_all(
+            say=lambda line: say(f"  {line}"), controllers=addons.controllers(options.operators)
+        )
+    binaries = dict(built["kubernetes"].paths)
+    with step("building the controllers' images (podman)"):
+        scratch = addons.scratch_images(built)
+        references = {
+            name: images.build_scratch(image, say=lambda line: say(f"  {line}"))
+            for name, image in scratch.items()
+        }
+    shutil.rmtree(layout.run, ignore_errors=True)
+    os.makedirs(layout.logs)
+    os.makedirs(layout.shared, exist_ok=True)
+    os.makedirs(layout.containerd_root, exist_ok=True)
+    with step("writing certificates and configuration"):
+        keys = pki.create(
+            layout.pki, node.NODE_NAME, node.NODE_IP, node.API_SERVICE_IP, node.CLUSTER_DOMAIN
+        )
+        pki.write_kubeconfig(
+            layout.kubeconfig,
+            f"https://{node.NODE_IP}:{node.API_PORT}",
+            keys.ca_cert,
+            keys.tokens["admin"],
+            "admin",
+        )
+        node.cni_config(layout)
+        # Before the network: `ip netns add` creates /run/netns when it is missing.
+        _create_private_dirs(layout)
+        tools = {
+            "etcd": paths["etcd"],
+            "containerd": paths["containerd"],
+            "runc": paths["runc"],
+            "cni": CNI_BIN,
+            "sandbox_image": references[SANDBOX_IMAGE],
+        }
+        daemons = node.daemons(layout, keys, binaries, tools)
+        plan = {
+            "private_dirs": list(node.PRIVATE_DIRS),
+            "logs": layout.logs,
+            "pidfile": layout.pidfile,
+            "daemons": [daemon.to_json() for daemon in daemons],
+        }
+        with open(layout.plan, "w") as handle:
+            json.dump(plan, handle, indent=1)
+    with step(
+        f"creating network namespace {node.NETNS} (node {node.NODE_IP}, pods {node.POD_CIDR})"
+    ):
+        host.create_network()
+    with step("starting the node: etcd, control plane, containerd, kubelet, kube-proxy"):
+        process = _start_supervisor(layout, paths)
+        _follow_supervisor(layout, process, say)
+    kube = addons.Kube(layout, binaries["kubectl"])
+    with step("waiting for the node to be Ready"):
+        kube.wait_node_ready(node.NODE_NAME)
+    runtime = images.Containerd(layout.containerd_socket)
+    with step("loading images into containerd"):
+        for reference in references.values():
+            runtime.load_from_podman(reference, say=lambda line: say(f"  {line}"))
+        if options.image:
+            runtime.load_from_podman(options.image, say=lambda line: say(f"  {line}"))
+    with step("installing CoreDNS, the shared volume and the CRDs"):
+        addons.install_base(kube, layout, references, options.image)
+    with step(f"installing the operators ({', '.join(options.operators) or 'none'})"):
+        addons.install_operators(kube, built, references, options.operators)
+    with step("waiting for CoreDNS and the operators to be ready"):
+        addons.wait_ready(kube, options.operators)
+    info = {
+        "kubeconfig": layout.kubeconfig,
+        "shared": layout.shared,
+        "image": options.image,
+        "pvc": addons.SHARED_PVC,
+        "api": f"https://{node.NODE_IP}:{node.API_PORT}",
+        "kubernetes": builds.kubernetes_version(),
+        "operators": list(options.operators),
+        "images": references,
+        "up_seconds": round(time.monotonic() - started, 1),
+        "steps": {title: round(seconds, 1) for title, seconds in step.timings.items()},
+    }
+    with open(layout.info, "w") as handle:
+        json.dump(info, handle, indent=1)
+    say(f"cluster up in {info['up_seconds']:.0f} s")
+    return info
+
+
+def status(root: str) -> tuple[bool, list[str]]:
+    """Whether the cluster is up, and the lines `status` prints."""
+    layout = node.Layout(root)
+    pid = running_supervisor(layout)
+    if pid is None:
+        leftovers = _leftovers(layout)
+        lines = ["cluster: down"]
+        if leftovers:
+            lines.append(f"left behind (`down` removes): {'; '.join(leftovers)}")
+        return False, lines
+    with open(layout.info) if os.path.exists(layout.info) else contextlib.nullcontext() as handle:
+        info = json.load(handle) if handle else {}
+    lines = [
+        f"kubeconfig: {layout.kubeconfig}",
+        f"shared: {layout.shared}",
+        f"image: {info.get('image', '')}",
+        f"api: https://{node.NODE_IP}:{node.API_PORT}",
+        f"supervisor: running (pid {pid})",
+    ]
+    lines += _component_states(layout, info)
+    return True, lines
+
+
+def _component_states(layout: node.Layout, info: dict) -> list[str]:
+    with open(layout.plan) as handle:
+        plan = json.load(handle)
+    running = {
+        os.path.basename(_exe(pid)): pid for pid in host.cgroup_pids(f"{node.CGROUP_ROOT}/system")
+    }
+    lines = []
+    for daemon in plan["daemons"]:
+        binary = os.path.basename(daemon["argv"][0])
+        state = f"running (pid {running[binary]})" if binary in running else "not running"
+        lines.append(f"{daemon['name']}: {state}")
+    kubectl = os.path.join(builds.kubernetes_cache_dir(), "kubectl")
+    if os.path.exists(kubectl):
+        kube = addons.Kube(layout, kubectl)
+        lines.append(f"node {node.NODE_NAME}: {kube.node_state(node.NODE_NAME)}")
+        lines += addons.deployment_states(kube, info.get("operators", []))
+    return lines
+
+
+def _exe(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/exe")
+    return ""
+
+
+def _leftovers(layout: node.Layout) -> list[str]:
+    found = []
+    pids = host.cgroup_pids() | host.pids_in_netns()
+    if pids:
+        found.append(f"{len(pids)} processes")
+    if host.netns_exists():
+        found.append(f"network namespace {node.NETNS}")
+    if host.link_exists(node.HOST_VETH):
+        found.append(f"interface {node.HOST_VETH}")
+    if host.cgroup_dirs():
+        found.append(f"cgroup {node.CGROUP_ROOT}")
+    mounts = host.mounts_under(layout.run, layout.containerd_root)
+    if mounts:
+        found.append(f"{len(mounts)} mounts")
+    return found
+
+
+def down(root: str, say: Say = print) -> list[str]:
+    """Stops the cluster and removes what `up` made; returns what it removed. Safe to run
+    again, and after a killed `up` or supervisor."""
+    layout = node.Layout(root)
+    removed: list[str] = []
+    pid = running_supervisor(layout)
+    if pid is not None:
+        say(f"stopping the node (supervisor {pid})")
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 90
+        while host.pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        removed.append("the node's processes")
+    stray = host.cgroup_pids() | host.pids_in_netns()
+    if stray:
+        say(f"killing {len(stray)} processes left in the cluster's cgroups or namespace")
+        alive = host.kill_all(lambda: host.cgroup_pids() | host.pids_in_netns())
+        if alive:
+            raise ClusterError(f"processes {sorted(alive)} survived SIGKILL")
+        removed.append(f"{len(stray)} processes")
+    points = host.unmount_under(layout.run, layout.containerd_root)
+    if points:
+        removed.append(f"{len(points)} mounts")
+    removed += host.remove_cgroups()
+    removed += host.delete_network()
+    removed += _remove_created_dirs(layout)
+    if os.path.exists(layout.run):
+        shutil.rmtree(layout.run, ignore_errors=True)
+        removed.append(layout.run)
+    for line in removed:
+        say(f"removed {line}")
+    if not removed:
+        say("nothing to remove: no cluster is up")
+    return removed
