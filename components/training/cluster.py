@@ -95,8 +95,15 @@ class ClusterSpec:
 
 
 def task_command(task_file: str) -> list[str]:
-    """The command every task runs, locally and in a Kubernetes pod."""
+    """The command every task process runs on this machine (this interpreter)."""
     return [sys.executable, "-m", "components.training.run_task", "--task", task_file]
+
+
+def pod_command(task_file: str) -> list[str]:
+    """The command every task runs in a Kubernetes pod of the project's image: its `python` (the
+    image's virtual environment is first on PATH), not this interpreter's path, which the
+    image has only when the Trainer itself runs in it."""
+    return ["python", "-m", "components.training.run_task", "--task", task_file]
 
 
 class Launcher(Protocol):

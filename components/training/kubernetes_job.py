@@ -60,6 +60,9 @@ FATAL_WAITING_REASONS = (
     "CreateContainerConfigError",
     "CreateContainerError",
 )
+# Terminations of a container whose program never ran (containerd: StartError; Docker:
+# ContainerCannotRun), e.g. a command the image does not have.
+FATAL_TERMINATED_REASONS = ("StartError", "ContainerCannotRun")
 # How long past the job's deadline the launcher keeps waiting for the operator to stop it.
 DEADLINE_GRACE_SECONDS = 300
 
@@ -353,6 +356,13 @@ class KubernetesJobLauncher:
             )
         except ApiException as error:
             if error.status == 409:
+                if self.status(self._get(namespace, name)).state == "Failed":
+                    # A retry should retry: an earlier Trainer's failed job is replaced.
+                    progress_log.info("%s exists and failed (an earlier Trainer's): replacing it", what)
+                    self._delete(namespace, name)
+                    self._wait_deleted(namespace, name)
+                    self._create(manifest, namespace, owner)
+                    return
                 log.info("%s exists (a retried Trainer); following it", what)
                 self._adopt(namespace, name, owner)
                 return
@@ -365,6 +375,22 @@ class KubernetesJobLauncher:
                 f"{what} was rejected ({error.status} {error.reason}): {body_message(error)}"
             ) from error
         progress_log.info("%s created", what)
+
+    def _wait_deleted(self, namespace: str, name: str, timeout: float = 120) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        deadline = self.clock() + timeout
+        while self.clock() < deadline:
+            try:
+                self.custom_api.get_namespaced_custom_object(
+                    self.GROUP, self.VERSION, namespace, self.PLURAL, name
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    return
+                raise
+            self.sleep(1.0)
+        raise cluster.ClusterError(f"{self.KIND} {namespace}/{name} was not deleted in {timeout:.0f}s")
 
     def _adopt(self, namespace: str, name: str, owner: OwnerPod | None) -> None:
         """A job an earlier Trainer pod created: this pod becomes an owner too, so the earlier
@@ -444,7 +470,7 @@ class KubernetesJobLauncher:
             if not reason:
                 continue
             message += f"; pod {pod.metadata.name} {reason}"
-            event = self._last_warning(namespace, pod.metadata.name)
+            event = self._last_warning(namespace, pod.metadata.name, pod.metadata.uid)
             if event:
                 message += f"; event: {event}"
             tail = self._log_tail(namespace, pod.metadata.name, container)
@@ -453,13 +479,16 @@ class KubernetesJobLauncher:
             break
         return message
 
-    def _last_warning(self, namespace: str, pod_name: str) -> str:
+    def _last_warning(self, namespace: str, pod_name: str, pod_uid: str = "") -> str:
+        """The pod's last Warning event: this pod's (by uid), not an earlier pod's of the same
+        name (the operators name a job's pods by job and index)."""
         from kubernetes.client.exceptions import ApiException
 
+        selector = f"involvedObject.name={pod_name}"
+        if pod_uid:
+            selector += f",involvedObject.uid={pod_uid}"
         try:
-            events = self.core_api.list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={pod_name}"
-            ).items
+            events = self.core_api.list_namespaced_event(namespace, field_selector=selector).items
         except ApiException:
             return ""
         warnings = [event for event in events or [] if event.type == "Warning"]
@@ -517,10 +546,17 @@ def pod_state(pod) -> str:
 
 
 def fatal_waiting(pod) -> bool:
+    """A container that waits for what never comes (an image that cannot be pulled), or whose
+    program could not even start (a command the image does not have): restarting it cannot
+    help."""
     for container in pod.status.container_statuses or []:
         waiting = container.state.waiting if container.state else None
         if waiting and waiting.reason in FATAL_WAITING_REASONS:
             return True
+        for state in (container.state, container.last_state):
+            terminated = state.terminated if state else None
+            if terminated and terminated.reason in FATAL_TERMINATED_REASONS:
+                return True
     return False
 
 

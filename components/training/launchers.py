@@ -78,7 +78,7 @@ def dry_run_manifests(settings: TrainingConfig, model_run_dir: str) -> list[dict
     if isinstance(launcher, TFJobConfig):
         from components.training import tfjob
 
-        return [tfjob.tfjob_manifest(name, spec, cluster.task_command(task_uri), launcher)]
+        return [tfjob.tfjob_manifest(name, spec, cluster.pod_command(task_uri), launcher)]
     from components.training import trainjob
 
     return [

@@ -196,7 +196,7 @@ class TFJobLauncher(KubernetesJobLauncher):
     POD_LABEL = JOB_NAME_LABEL
     OPERATOR = "the Kubeflow Training Operator v1 (release 1.9)"
 
-    def __init__(self, settings: TFJobConfig, command=cluster.task_command, **options):
+    def __init__(self, settings: TFJobConfig, command=cluster.pod_command, **options):
         super().__init__(settings, **options)
         self.settings: TFJobConfig = settings
         self.command = command

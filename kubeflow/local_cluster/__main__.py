@@ -33,6 +33,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated: training-operator, jobset, trainer (trainer brings jobset); "
         "'none' for none",
     )
+    load = commands.add_parser(
+        "load", help="load the project's image (again, after a rebuild) into the running node"
+    )
+    load.add_argument("image", help="the image in podman's store, e.g. localhost/tfx-scaleout:TAG")
     commands.add_parser("status", help="kubeconfig, shared folder, image, one line per component")
     commands.add_parser("down", help="stop the cluster and remove what up made")
     return parser.parse_args(argv)
@@ -50,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             cluster.up(cluster.UpOptions(args.root, args.image, operators))
             for line in cluster.status(args.root)[1]:
                 print(line)
+            return 0
+        if args.command == "load":
+            cluster.load(args.root, args.image)
             return 0
         if args.command == "status":
             is_up, lines = cluster.status(args.root)

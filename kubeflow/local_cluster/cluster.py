@@ -334,6 +334,25 @@ def _up(layout: node.Layout, options: UpOptions, paths: dict, step: Step, say: S
     return info
 
 
+def load(root: str, image: str, say: Say = print) -> bool:
+    """Loads (again) the project's image from podman into the running node, and names it in
+    the cluster's ConfigMap: after a rebuild with kubeflow/build_images.sh. Returns whether
+    containerd did not already hold it."""
+    layout = node.Layout(root)
+    if running_supervisor(layout) is None:
+        raise ClusterError("no cluster is up: `python -m kubeflow.local_cluster up` first")
+    loaded = images.Containerd(layout.containerd_socket).load_from_podman(image, say)
+    kube = addons.Kube(layout, os.path.join(builds.kubernetes_cache_dir(), "kubectl"))
+    kube.apply(addons.shared_volume_manifests(layout.shared, image))
+    with open(layout.info) as handle:
+        info = json.load(handle)
+    info["image"] = image
+    with open(layout.info, "w") as handle:
+        json.dump(info, handle, indent=1)
+    say(f"image: {image} ({'loaded' if loaded else 'already loaded'})")
+    return loaded
+
+
 def status(root: str) -> tuple[bool, list[str]]:
     """Whether the cluster is up, and the lines `status` prints."""
     layout = node.Layout(root)

@@ -172,7 +172,7 @@ class FakeKube:
         request.verb = "get" if name else "list"
         if resource == "events":
             selector = request.query.get("fieldSelector", "")
-            pod_name = selector.partition("involvedObject.name=")[2]
+            pod_name = selector.partition("involvedObject.name=")[2].split(",")[0]
             return 200, {
                 "kind": "EventList",
                 "apiVersion": "v1",

@@ -194,7 +194,7 @@ def test_the_launchers_objects_are_created_as_built(kube, kind, spec):
     if kind == "TFJob":
         documents = [
             tfjob.tfjob_manifest(
-                "tfx-train-abc", spec, cluster.task_command(task_uri), settings, placement
+                "tfx-train-abc", spec, cluster.pod_command(task_uri), settings, placement
             )
         ]
     else:

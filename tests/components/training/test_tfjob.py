@@ -50,7 +50,7 @@ def _as_model(data: dict, model: str):
 
 def _manifest(spec: cluster.ClusterSpec, settings: TFJobConfig | None = None, placement=None):
     manifest = tfjob.tfjob_manifest(
-        "tfx-train-abc", spec, cluster.task_command(TASK_URI), settings or _settings(), placement
+        "tfx-train-abc", spec, cluster.pod_command(TASK_URI), settings or _settings(), placement
     )
     # As it is written to and read from a YAML file (kubectl apply -f).
     manifest = yaml.safe_load(yaml.safe_dump(manifest))
@@ -92,7 +92,7 @@ def test_multi_worker_mirrored_manifest():
     container = pod.spec.containers[0]
     assert container.name == "tensorflow" and container.image == IMAGE
     # The local launcher's command, with the task file on shared storage.
-    assert container.command == cluster.task_command(TASK_URI)
+    assert container.command == cluster.pod_command(TASK_URI)
     assert container.resources.limits == {"cpu": "4", "memory": "16G", "nvidia.com/gpu": "1"}
     assert container.resources.requests == {"cpu": "4", "memory": "16G"}
     assert pod.spec.node_selector == {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
@@ -135,7 +135,7 @@ def test_parameter_server_manifest_has_chief_workers_and_ps_and_gpus_only_on_wor
     for name in ("Chief", "PS"):
         assert pods[name].spec.node_selector is None and pods[name].spec.tolerations is None
     for name, pod in pods.items():
-        assert pod.spec.containers[0].command == cluster.task_command(TASK_URI)
+        assert pod.spec.containers[0].command == cluster.pod_command(TASK_URI)
         assert pod.spec.volumes[0].persistent_volume_claim.claim_name == "pipeline-root"
         assert pod.spec.containers[0].volume_mounts[0].mount_path == "/mnt/pipeline"
         assert replicas[name]["restartPolicy"] == "ExitCode"
