@@ -98,9 +98,10 @@ def add_launcher_flags(parser: argparse.ArgumentParser, default: str) -> argpars
     return group
 
 
-# run_local.py's pods are small: a workstation's cluster is one machine, and a pod's CPU limit
+# run_local.py's pods are small: a workstation's cluster is one machine (parameter_server: 4 pods
+# beside the operators on 2 cores), and a pod's CPU limit
 # equals its request (components.training.settings.Resources.kubernetes).
-LOCAL_WORKER = Resources(cpu=0.5, memory_gb=2)
+LOCAL_WORKER = Resources(cpu=0.3, memory_gb=2)
 
 
 def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
