@@ -237,9 +237,10 @@ def build_configs(
     training = flags.training_config(args, dataset)
     if args.launcher in (TFJobConfig.KIND, TrainJobConfig.KIND) and training.needs_cluster:
         training = dataclasses.replace(
-            training, launcher=kubeflow.kubernetes_job(
+            training,
+            launcher=kubeflow.kubernetes_job(
                 launcher_flags.kubernetes_job(args, training, image=args.gpu_image)
-            )
+            ),
         )
     direct = config_lib.BeamConfig(
         mode=args.beam_mode, num_workers=args.beam_workers, extra_args=tuple(args.beam_arg)

@@ -41,6 +41,16 @@ PACKAGES: dict[str, SystemPackage] = {
     "etcd-server": SystemPackage(
         "etcd-server", ("etcd",), "stores the state of the tests' kube-apiserver"
     ),
+    "containerd": SystemPackage(
+        "containerd", ("containerd", "ctr"), "runs the local cluster's containers"
+    ),
+    "containernetworking-plugins": SystemPackage(
+        "containernetworking-plugins",
+        ("/usr/lib/cni/bridge", "/usr/lib/cni/host-local"),
+        "connects the local cluster's pods",
+    ),
+    "iptables": SystemPackage("iptables", ("iptables",), "kube-proxy's Service rules"),
+    "conntrack": SystemPackage("conntrack", ("conntrack",), "kube-proxy's connection cleanup"),
     "openjdk-17-jre-headless": SystemPackage(
         "openjdk-17-jre-headless", ("java",), "runs Flink and Beam's Flink job server"
     ),

@@ -39,10 +39,13 @@ SHARED_FIXTURES = frozenset(
         "compiled_files",  # every Kubeflow variant compiled
         "compiled",  # the documents of those files (the same files' users)
         "image",  # the project's image, built with podman
+        "local_cluster",  # the single-node cluster (kubeflow.local_cluster), its operators
     }
 )
 CHEAP_FIXTURES = frozenset({"penguins_csv", "penguins_schema_path"})
-EXCLUSIVE_PACKAGES = frozenset({"podman", "etcd-server", "openjdk-17-jre-headless"})
+# etcd is not exclusive: each control plane binds its own ports (the local cluster's inside its
+# network namespace).
+EXCLUSIVE_PACKAGES = frozenset({"podman", "openjdk-17-jre-headless"})
 
 # name -> the test files that run together on one worker.
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -59,7 +62,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/components/training/test_real_kube.py",
         "tests/components/training/test_trainjob.py",
     ),
-    "podman": ("tests/kubeflow/test_image_build.py", "tests/kubeflow/test_kfp_local.py"),
+    "podman": (
+        "tests/kubeflow/test_image_build.py",
+        "tests/kubeflow/test_kfp_local.py",
+        "tests/kubeflow/test_local_cluster.py",
+    ),
     "kubeflow-variants": (
         "tests/kubeflow/test_conformance.py",
         "tests/kubeflow/test_kfp_backend.py",

@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging as std_logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -358,7 +359,7 @@ class KubernetesJobLauncher:
             if error.status == 409:
                 if self.status(self._get(namespace, name)).state == "Failed":
                     # A retry should retry: an earlier Trainer's failed job is replaced.
-                    progress_log.info("%s exists and failed (an earlier Trainer's): replacing it", what)
+                    progress_log.info("%s exists and failed (an earlier Trainer's): replaced", what)
                     self._delete(namespace, name)
                     self._wait_deleted(namespace, name)
                     self._create(manifest, namespace, owner)
@@ -390,7 +391,9 @@ class KubernetesJobLauncher:
                     return
                 raise
             self.sleep(1.0)
-        raise cluster.ClusterError(f"{self.KIND} {namespace}/{name} was not deleted in {timeout:.0f}s")
+        raise cluster.ClusterError(
+            f"{self.KIND} {namespace}/{name} was not deleted in {timeout:.0f}s"
+        )
 
     def _adopt(self, namespace: str, name: str, owner: OwnerPod | None) -> None:
         """A job an earlier Trainer pod created: this pod becomes an owner too, so the earlier
@@ -430,6 +433,7 @@ class KubernetesJobLauncher:
         started = self.clock()
         give_up_after = self.settings.active_deadline_seconds + DEADLINE_GRACE_SECONDS
         last_report = None
+        restarts = _Restarts()
         while True:
             job = self._get(namespace, name)
             status = self.status(job)
@@ -444,6 +448,7 @@ class KubernetesJobLauncher:
             if report != last_report:
                 progress_log.info("%s", report)
                 last_report = report
+            self._report_restarts(namespace, name, pods, restarts)
             if status.state == "Succeeded":
                 return
             fatal = next((pod for pod in pods if fatal_waiting(pod)), None)
@@ -456,6 +461,47 @@ class KubernetesJobLauncher:
                     f"operator did not stop it; last state: {report}"
                 )
             self.sleep(self.settings.poll_seconds)
+
+    def _report_restarts(self, namespace: str, name: str, pods: list, restarts: _Restarts) -> None:
+        """A pod the operator recreated (or a container it restarted) is reported, and once it
+        trains, the epoch it resumed at (the line `training starts at epoch N/M` its task logs):
+        a resume from the last backup, or a start from epoch 1 that the output shows."""
+        for pod in pods:
+            change = restarts.observe(pod)
+            if change:
+                progress_log.info("%s %s: pod %s %s", self.KIND, name, pod.metadata.name, change)
+        for pod in pods:
+            if pod.metadata.uid not in restarts.pending or pod.status.phase != "Running":
+                continue
+            text = self._log_text(namespace, pod.metadata.name, "")
+            found = RESUME_LINE.search(text or "")
+            if found:
+                restarts.pending.discard(pod.metadata.uid)
+                epoch, epochs = int(found.group(1)), int(found.group(2))
+                how = (
+                    "resumed from the last backup"
+                    if epoch > 1
+                    else "started from epoch 1 (no backup yet)"
+                )
+                progress_log.info(
+                    "%s %s: pod %s %s: training starts at epoch %d/%d",
+                    self.KIND,
+                    name,
+                    pod.metadata.name,
+                    how,
+                    epoch,
+                    epochs,
+                )
+
+    def _log_text(self, namespace: str, pod_name: str, container: str) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core_api.read_namespaced_pod_log(
+                pod_name, namespace, container=container or None, tail_lines=200
+            )
+        except ApiException:
+            return ""
 
     def _failure(self, namespace: str, name: str, status: JobStatus, pods: list) -> str:
         message = f"{self.KIND} {namespace}/{name} failed"
@@ -526,6 +572,34 @@ class KubernetesJobLauncher:
         except ApiException as error:
             if error.status != 404:
                 log.warning("could not delete %s %s: %s", self.KIND, name, error)
+
+
+# What a training task logs when its first epoch begins (components.training.loop.EpochProgress).
+RESUME_LINE = re.compile(r"training starts at epoch (\d+)/(\d+)")
+
+
+class _Restarts:
+    """Each pod name's last uid and container restart count, across the launcher's polls."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[str, int]] = {}
+        # uids of pods that were recreated or restarted, until their resume line is read
+        self.pending: set[str] = set()
+
+    def observe(self, pod) -> str:
+        uid = pod.metadata.uid
+        count = sum(c.restart_count or 0 for c in pod.status.container_statuses or [])
+        before = self.seen.get(pod.metadata.name)
+        self.seen[pod.metadata.name] = (uid, count)
+        if before is None:
+            return ""
+        if before[0] != uid:
+            self.pending.add(uid)
+            return "was recreated by the operator"
+        if count > before[1]:
+            self.pending.add(uid)
+            return f"restarted (restart {count})"
+        return ""
 
 
 def sorted_pods(pods: list) -> list:

@@ -29,6 +29,29 @@ def _configure_logging() -> None:
     logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)
 
 
+# A worker whose peer died (a deleted or evicted pod) exits with this code. The Training
+# Operator's restartPolicy ExitCode treats 1-127 as permanent (the job fails) and 128-255 as
+# retryable (the pod is recreated); the same process that lost its peer would otherwise exit 1.
+PEER_LOST_EXIT_CODE = 138
+
+
+def _peer_lost(error: BaseException) -> bool:
+    """TensorFlow's errors when a collective's or a parameter server's peer is gone."""
+    import tensorflow as tf
+
+    lost = (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.AbortedError,
+        tf.errors.CancelledError,
+    )
+    while error is not None:
+        if isinstance(error, lost):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def run_server(cluster: dict, task_type: str, index: int, num_workers: int) -> None:
     import tensorflow as tf
 
@@ -77,12 +100,24 @@ def main(argv: list[str] | None = None) -> int:
     if task.settings.strategy == "parameter_server" and role.get("type") in ("worker", "ps"):
         run_server(tf_config["cluster"], role["type"], int(role["index"]), task.settings.workers)
         return 0
-    if isinstance(task, training.TrainTask):
-        result = training.train(task)
-    else:  # a user's run_fn (components.training.run_fn_task)
-        from components.training import run_fn_task
+    try:
+        if isinstance(task, training.TrainTask):
+            result = training.train(task)
+        else:  # a user's run_fn (components.training.run_fn_task)
+            from components.training import run_fn_task
 
-        result = run_fn_task.run(task)
+            result = run_fn_task.run(task)
+    except Exception as error:  # noqa: BLE001 (only a peer's loss is turned into a retry)
+        if not task.settings.needs_cluster or not _peer_lost(error):
+            raise
+        logging.getLogger("tfx_scaleout.cluster").error(
+            "a peer of this cluster is gone (%s: %s): exiting with %d, a retryable code, so "
+            "that the operator restarts this task; it resumes from the last backup",
+            type(error).__name__,
+            str(error).splitlines()[0][:300] if str(error) else "",
+            PEER_LOST_EXIT_CODE,
+        )
+        return PEER_LOST_EXIT_CODE
     logging.getLogger("tfx_scaleout.cluster").info("task result: %s", json.dumps(result))
     return 0
 

@@ -88,7 +88,8 @@ class Kube:
         result = subprocess.run(command, input=stdin, capture_output=True, text=True)
         if check and result.returncode != 0:
             raise builds.BuildFailed(
-                f"kubectl {' '.join(args[:3])} failed: {(result.stderr or result.stdout).strip()[-3000:]}"
+                f"kubectl {' '.join(args[:3])} failed: "
+                f"{(result.stderr or result.stdout).strip()[-3000:]}"
             )
         return result.stdout
 
@@ -132,7 +133,8 @@ class Kube:
                 return
             time.sleep(0.5)
         raise builds.BuildFailed(
-            f"node {name} is {state} after {timeout:.0f} s (kubelet log: {self.layout.log('kubelet')})"
+            f"node {name} is {state} after {timeout:.0f} s "
+            f"(kubelet log: {self.layout.log('kubelet')})"
         )
 
 
@@ -285,7 +287,8 @@ def trainer_manifests(kube: Kube, references: dict[str, str], with_trainer: bool
         "patches": [
             {
                 "target": {"kind": "Namespace", "name": "jobset-system"},
-                "patch": "$patch: delete\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: jobset-system\n",
+                "patch": "$patch: delete\napiVersion: v1\nkind: Namespace\n"
+                "metadata:\n  name: jobset-system\n",
             }
         ],
     }

@@ -271,7 +271,8 @@ def module_dir(module: str, version: str) -> str:
         info = {}
     if result.returncode != 0 or "Dir" not in info:
         raise BuildFailed(
-            f"go mod download {module}@{version} failed: {info.get('Error') or result.stderr.strip()}"
+            f"go mod download {module}@{version} failed: "
+            f"{info.get('Error') or result.stderr.strip()}"
         )
     return info["Dir"]
 

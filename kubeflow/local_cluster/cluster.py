@@ -260,7 +260,8 @@ def _up(layout: node.Layout, options: UpOptions, paths: dict, step: Step, say: S
             name: images.build_scratch(image, say=lambda line: say(f"  {line}"))
             for name, image in scratch.items()
         }
-    shutil.rmtree(layout.run, ignore_errors=True)
+    for folder in (layout.run, node.RUNTIME_DIR):
+        shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(layout.logs)
     os.makedirs(layout.shared, exist_ok=True)
     os.makedirs(layout.containerd_root, exist_ok=True)
@@ -412,7 +413,7 @@ def _leftovers(layout: node.Layout) -> list[str]:
         found.append(f"interface {node.HOST_VETH}")
     if host.cgroup_dirs():
         found.append(f"cgroup {node.CGROUP_ROOT}")
-    mounts = host.mounts_under(layout.run, layout.containerd_root)
+    mounts = host.mounts_under(layout.run, layout.containerd_root, node.RUNTIME_DIR)
     if mounts:
         found.append(f"{len(mounts)} mounts")
     return found
@@ -438,15 +439,16 @@ def down(root: str, say: Say = print) -> list[str]:
         if alive:
             raise ClusterError(f"processes {sorted(alive)} survived SIGKILL")
         removed.append(f"{len(stray)} processes")
-    points = host.unmount_under(layout.run, layout.containerd_root)
+    points = host.unmount_under(layout.run, layout.containerd_root, node.RUNTIME_DIR)
     if points:
         removed.append(f"{len(points)} mounts")
     removed += host.remove_cgroups()
     removed += host.delete_network()
     removed += _remove_created_dirs(layout)
-    if os.path.exists(layout.run):
-        shutil.rmtree(layout.run, ignore_errors=True)
-        removed.append(layout.run)
+    for folder in (layout.run, node.RUNTIME_DIR):
+        if os.path.exists(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
     for line in removed:
         say(f"removed {line}")
     if not removed:

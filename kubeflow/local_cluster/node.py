@@ -33,6 +33,7 @@ API_PORT = 6443
 # Every cgroup of the cluster (daemons under system/, pods under kubepods/) in every hierarchy.
 CGROUP_ROOT = "/tfx-scaleout"
 BRIDGE = "cni0"
+RUNTIME_DIR = "/run/tfx-scaleout"
 # Host folders the kubelet, containerd and the CNI plugins write to whatever their configuration
 # says (pod network namespaces, shim sockets, container log links, device-plugin sockets, CNI
 # results): inside the supervisor's mount namespace each gets a tmpfs of its own, so nothing of
@@ -85,7 +86,9 @@ class Layout:
 
     @property
     def containerd_state(self) -> str:
-        return os.path.join(self.run, "containerd")
+        """Short and fixed (one cluster per machine): containerd's sockets live here, and a
+        unix socket's path must stay under 104 bytes whatever the root is."""
+        return RUNTIME_DIR
 
     @property
     def containerd_socket(self) -> str:
@@ -377,7 +380,8 @@ def daemons(layout: Layout, pki, binaries: dict[str, str], tools: dict[str, str]
             "containerd",
             [
                 tools["containerd"],
-                f"--config={containerd_config(layout, tools['runc'], tools['cni'], tools['sandbox_image'])}",
+                "--config="
+                + containerd_config(layout, tools["runc"], tools["cni"], tools["sandbox_image"]),
             ],
             {"socket": layout.containerd_socket},
         ),
@@ -389,7 +393,9 @@ def daemons(layout: Layout, pki, binaries: dict[str, str], tools: dict[str, str]
                 f"--kubeconfig={kubeconfig('kubelet')}",
                 f"--node-ip={NODE_IP}",
                 f"--hostname-override={NODE_NAME}",
-                f"--root-dir={os.path.join(layout.kubelet_root, 'root')}",
+                # Its default root, /var/lib/kubelet: a private tmpfs of the node (PRIVATE_DIRS),
+                # and short enough for the unix sockets the kubelet makes under it.
+                "--root-dir=/var/lib/kubelet",
                 f"--cert-dir={os.path.join(layout.kubelet_root, 'pki')}",
             ],
             {"http": "http://127.0.0.1:10248/healthz"},

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -66,6 +67,68 @@ def image() -> str:
     pruned = subprocess.run(["podman", "image", "prune", "--force"], capture_output=True, text=True)
     assert pruned.returncode == 0, pruned.stderr[-2000:]
     return IMAGE
+
+
+CLUSTER_PACKAGES = (
+    "podman",
+    "debootstrap",
+    "runc",
+    "etcd-server",
+    "containerd",
+    "containernetworking-plugins",
+    "iptables",
+    "conntrack",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalCluster:
+    root: str
+    info: dict
+
+    @property
+    def layout(self):
+        from kubeflow.local_cluster import node
+
+        return node.Layout(self.root)
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.info["kubeconfig"]
+
+    @property
+    def shared(self) -> str:
+        return self.info["shared"]
+
+    def kube(self):
+        from kubeflow.local_cluster import addons, builds
+
+        return addons.Kube(self.layout, os.path.join(builds.kubernetes_cache_dir(), "kubectl"))
+
+
+@pytest.fixture(scope="session")
+def local_cluster(image, tmp_path_factory, request):
+    """`python -m kubeflow.local_cluster up` with the project's image, once per session (the
+    Kubernetes binaries, operators and images built once per machine, cached); `down` at the
+    end, also when a test failed."""
+    from kubeflow.local_cluster import cluster
+
+    say = session.say(request.config)
+    root = str(tmp_path_factory.mktemp("local-cluster"))
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        info = cluster.up(cluster.UpOptions(root, image), say=lines.append)
+    except cluster.ClusterError as error:
+        pytest.fail("\n".join([*lines[-40:], f"local cluster up failed: {error}"]))
+    say(
+        f"tests: local cluster up in {time.monotonic() - started:.0f}s "
+        f"({'; '.join(f'{k} {v:.0f}s' for k, v in info['steps'].items() if v >= 1)})"
+    )
+    try:
+        yield LocalCluster(root, info)
+    finally:
+        cluster.down(root, say=lambda line: None)
 
 
 @pytest.fixture(scope="session")

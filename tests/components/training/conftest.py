@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from kubeflow.local_cluster import builds
 from tests import session
 from tests.components.training import real_kube
 from tests.components.training.fake_kube import FakeKube
@@ -42,7 +43,7 @@ def kube(request, tmp_path_factory):
         real_kube.install_crds(plane)
         how = f"built in {built.seconds:.0f}s" if built.seconds else "cached"
         say(
-            f"tests: kube-apiserver and kube-controller-manager {real_kube.kubernetes_version()} "
+            f"tests: kube-apiserver and kube-controller-manager {builds.kubernetes_version()} "
             f"({how}) and etcd up, CRDs established in {time.monotonic() - started:.1f}s"
         )
         yield plane

@@ -4,7 +4,8 @@ Debian's etcd; no kubelet, no scheduler, no operators.
 
 The binaries are the local cluster's Kubernetes build (kubeflow/local_cluster/builds.py: the Go
 module kubeflow/local_cluster/go/kubernetes, k8s.io/kubernetes at a release tag, built once per
-machine and cached under ~/.cache/tfx-scaleout/kubernetes/<version>-<hash of go.mod and go.sum>/). The API server runs with
+machine and cached under ~/.cache/tfx-scaleout/kubernetes/<version>-<hash of go.mod and go.sum>/).
+The API server runs with
 RBAC authorization, a self-signed serving certificate for 127.0.0.1, a static token for the
 tests' cluster admin (group system:masters), service-account tokens signed by a key made per
 session (TokenRequest), and the OwnerReferencesPermissionEnforcement admission plugin (the rule

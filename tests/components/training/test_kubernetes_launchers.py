@@ -14,8 +14,10 @@ in another namespace, the garbage collector (kube-controller-manager's) deleting
 the Trainer's pod, the admission rule that blockOwnerDeletion: false avoids, and the calls
 outside the role refused.
 
-What needs a kubelet (a failed pod's log line) or a cluster without the CRDs (the missing
-operator message) runs against the fake API (fake_kube.py) at the end of the file."""
+A failed worker's reason, event and log line, an image pull error, and the success, SIGTERM and
+garbage-collection paths with real pods run on the local cluster, where the operators and the
+kubelet write what happened (tests/kubeflow/test_local_cluster.py). A cluster without the CRDs
+(the missing operator message) runs against the fake API (fake_kube.py) at the end of the file."""
 
 from __future__ import annotations
 
@@ -408,52 +410,6 @@ def test_success_reports_progress_owns_and_deletes_the_job(kube, teams, flavor, 
     assert len(running) == 1  # an unchanged state is reported once
     assert any(f"{name}-worker-1 Succeeded" in x for x in lines)
     assert f"{flavor.kind} {team.namespace}/{name} deleted" in lines
-
-
-@FLAVORS
-@pytest.mark.system_packages("etcd-server")
-@pytest.mark.slow
-def test_failed_worker_names_pod_reason_and_event_and_keeps_the_job(kube, teams, flavor, tmp_path):
-    team = teams[flavor.kind]
-    launcher, operator, task = _launcher(kube, team, flavor, tmp_path)
-    failed_pod = f"{operator.name}-worker-1"
-    operator.script(
-        (flavor.running, [("Running", {}), ("Running", {})]),
-        # The kubelet's event about the failing container, before the operator's verdict.
-        lambda: operator.warn(failed_pod, "BackOff", "Back-off restarting failed container"),
-        (flavor.failed, [("Running", {}), ("Failed", {"terminated": (1, "Error")})]),
-    )
-    with pytest.raises(cluster.ClusterError) as error:
-        launcher.run(SPEC, task)
-    message = str(error.value)
-    assert f"{flavor.kind} {team.namespace}/{operator.name} failed: " in message
-    assert flavor.failed["conditions"][-1]["message"] in message
-    assert f"pod {failed_pod} Error (exit code 1)" in message
-    assert "event: BackOff: Back-off restarting failed container" in message
-    # No kubelet serves the pod's log: the error goes without it.
-    assert "last output" not in message
-    # delete_policy on_success: a failed job stays for `kubectl describe`.
-    assert not _deleted(kube, flavor, team.namespace, operator.name)
-
-
-@FLAVORS
-@pytest.mark.system_packages("etcd-server")
-@pytest.mark.slow
-def test_image_pull_error_fails_at_once_and_always_policy_deletes(kube, teams, flavor, tmp_path):
-    team = teams[flavor.kind]
-    launcher, operator, task = _launcher(kube, team, flavor, tmp_path, delete_policy="always")
-    pull = ("ImagePullBackOff", f'Back-off pulling image "{IMAGE}"')
-    # The launcher's first poll finds the pod stuck (its label names the job, known up front).
-    operator.pod(f"{operator.name}-worker-0", "Pending", waiting=pull)
-    operator.warn(f"{operator.name}-worker-0", "Failed", "Failed to pull image: 403 Forbidden")
-    with pytest.raises(cluster.ClusterError) as error:
-        launcher.run(SPEC, task)
-    assert f"pod {operator.name}-worker-0 ImagePullBackOff: Back-off pulling image" in str(
-        error.value
-    )
-    assert "event: Failed: Failed to pull image: 403 Forbidden" in str(error.value)
-    assert operator.sleeps == []
-    assert _deleted(kube, flavor, team.namespace, operator.name)
 
 
 @FLAVORS
