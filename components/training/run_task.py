@@ -45,10 +45,11 @@ def _peer_lost(error: BaseException) -> bool:
         tf.errors.AbortedError,
         tf.errors.CancelledError,
     )
-    while error is not None:
-        if isinstance(error, lost):
+    current: BaseException | None = error
+    while current is not None:
+        if isinstance(current, lost):
             return True
-        error = error.__cause__ or error.__context__
+        current = current.__cause__ or current.__context__
     return False
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -320,7 +321,7 @@ def build_all(
         "pause": lambda: build_pause(say=say),
     }
     for name in controllers:
-        jobs[name] = lambda controller=CONTROLLERS[name]: build_controller(controller, say=say)
+        jobs[name] = functools.partial(build_controller, CONTROLLERS[name], say=say)
     results: dict[str, Built] = {}
     errors: list[BaseException] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:

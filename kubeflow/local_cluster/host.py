@@ -188,7 +188,9 @@ def remove_cgroups(root: str = node.CGROUP_ROOT) -> list[str]:
     return removed
 
 
-def kill_all(pids_of, exclude: set[int] = frozenset(), timeout: float = 20.0) -> set[int]:
+def kill_all(
+    pids_of, exclude: frozenset[int] | set[int] = frozenset(), timeout: float = 20.0
+) -> set[int]:
     """SIGKILLs what `pids_of()` returns until it returns nothing (new ones included); returns
     what is still alive after `timeout` (normally nothing)."""
     deadline = time.monotonic() + timeout

@@ -128,12 +128,15 @@ def create(
     server = [ExtendedKeyUsageOID.SERVER_AUTH]
     api_names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc"]
     api_names.append(f"kubernetes.default.svc.{cluster_domain}")
-    api_sans = [x509.DNSName(name) for name in [*api_names, "localhost"]]
+    api_sans: list[x509.GeneralName] = [x509.DNSName(n) for n in [*api_names, "localhost"]]
     api_sans += [
         x509.IPAddress(ipaddress.ip_address(ip)) for ip in (node_ip, api_service_ip, "127.0.0.1")
     ]
     apiserver_cert, apiserver_key = issue("apiserver", _name("kube-apiserver"), api_sans, server)
-    kubelet_sans = [x509.DNSName(node_name), x509.IPAddress(ipaddress.ip_address(node_ip))]
+    kubelet_sans: list[x509.GeneralName] = [
+        x509.DNSName(node_name),
+        x509.IPAddress(ipaddress.ip_address(node_ip)),
+    ]
     kubelet_cert, kubelet_key = issue("kubelet", _name(node_name), kubelet_sans, server)
     # The kubelet authorizes the API server's calls through SubjectAccessReview: the
     # system:masters group may do everything.

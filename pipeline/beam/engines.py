@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -344,10 +345,24 @@ def fetch_spark() -> tuple[str, str]:
 # --- a standalone cluster on this machine ------------------------------------------------------
 
 
+# Every port this process handed out: the kernel may offer a port again as soon as its probe
+# socket is closed, before the service it was picked for binds it, so that two services started
+# one after the other could both be handed it (the Spark master and the SDK worker pool were).
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback port no socket holds now and this process has not handed out before."""
+    with _HANDED_OUT_LOCK:
+        for _ in range(100):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise RuntimeError("no free loopback port that was not handed out already")
 
 
 def rest_get(address: str, path: str, timeout: float = 5) -> dict:
