@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((up_seconds, pod, on_cluster, local, info["steps"]))
             print(
                 f"round {index + 1}: up {up_seconds:.1f} s, pod start {pod:.1f} s, "
-                f"TFJob run {on_cluster[0]:.1f} s (Trainer {on_cluster[1]:.1f} s), local processes "
-                f"{local[0]:.1f} s (Trainer {local[1]:.1f} s), ratio {on_cluster[0] / local[0]:.2f} "
-                f"(Trainer {on_cluster[1] / local[1]:.2f})",
+                f"TFJob run {on_cluster[0]:.1f} s (Trainer {on_cluster[1]:.1f} s), "
+                f"local processes {local[0]:.1f} s (Trainer {local[1]:.1f} s), "
+                f"ratio {on_cluster[0] / local[0]:.2f} (Trainer {on_cluster[1] / local[1]:.2f})",
                 flush=True,
             )
     finally:
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         ("ratio TFJob / local, whole run", [r[2][0] / r[3][0] for r in rows]),
         ("ratio TFJob / local, Trainer", [r[2][1] / r[3][1] for r in rows]),
     ):
-        print(f"| {label} | {statistics.median(values):.2f} | {min(values):.2f}-{max(values):.2f} |")
+        spread = f"{min(values):.2f}-{max(values):.2f}"
+        print(f"| {label} | {statistics.median(values):.2f} | {spread} |")
     return 0
 
 
