@@ -328,14 +328,19 @@ def install_operators(kube: Kube, built, references: dict[str, str], operators) 
         kube.apply(trainer_manifests(kube, references, "trainer" in operators))
 
 
-def wait_ready(kube: Kube, operators, timeout: float = 300) -> None:
-    """CoreDNS and every operator Deployment Available (its webhook serving: the operators'
-    readiness probes wait for their certificates)."""
+def deployments(operators) -> list[tuple[str, str]]:
+    """(namespace, name) of CoreDNS's and every operator's Deployment."""
     targets = [("kube-system", "coredns")]
     for operator in operators:
         namespace, names = DEPLOYMENTS[operator]
         targets += [(namespace, name) for name in names]
-    for namespace, name in targets:
+    return targets
+
+
+def wait_ready(kube: Kube, operators, timeout: float = 300) -> None:
+    """CoreDNS and every operator Deployment Available (its webhook serving: the operators'
+    readiness probes wait for their certificates)."""
+    for namespace, name in deployments(operators):
         try:
             kube.kubectl(
                 "-n",
@@ -383,11 +388,7 @@ def pod_report(kube: Kube, namespace: str) -> str:
 
 def deployment_states(kube: Kube, operators) -> list[str]:
     lines = []
-    targets = [("kube-system", "coredns")]
-    for operator in operators:
-        namespace, names = DEPLOYMENTS[operator]
-        targets += [(namespace, name) for name in names]
-    for namespace, name in targets:
+    for namespace, name in deployments(operators):
         try:
             item = kube.get("-n", namespace, "deployment", name)
             ready = item.get("status", {}).get("readyReplicas", 0)

@@ -316,6 +316,17 @@ def test_an_output_root_the_pods_cannot_see_is_refused_before_training(local_clu
     assert not (tmp_path / "elsewhere").exists()
 
 
+def _assert_gone(kube, job: str, timeout: float) -> None:
+    """The TFJob and every pod of it are deleted within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (
+        kube.kubectl("-n", "default", "get", "tfjob", job, check=False) or _job_pods(kube, job)
+    ):
+        time.sleep(1)
+    assert not kube.kubectl("-n", "default", "get", "tfjob", job, check=False)
+    assert _job_pods(kube, job) == []
+
+
 def _job_pods(kube, job: str) -> list[dict]:
     return kube.get("-n", "default", "pods", "-l", f"training.kubeflow.org/job-name={job}")["items"]
 
@@ -445,13 +456,7 @@ def test_sigterm_of_the_trainer_deletes_the_job_and_its_pods(local_cluster, tmp_
     output, _ = trainer.communicate(timeout=120)
     assert trainer.returncode != 0
     assert "the Trainer was cancelled (SIGTERM)" in output, output[-3000:]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (
-        kube.kubectl("-n", "default", "get", "tfjob", job, check=False) or _job_pods(kube, job)
-    ):
-        time.sleep(1)
-    assert not kube.kubectl("-n", "default", "get", "tfjob", job, check=False)
-    assert _job_pods(kube, job) == []
+    _assert_gone(kube, job, timeout=120)
 
 
 def test_deleting_the_trainers_pod_lets_the_garbage_collector_delete_the_job(local_cluster):
@@ -488,13 +493,7 @@ def test_deleting_the_trainers_pod_lets_the_garbage_collector_delete_the_job(loc
         time.sleep(1)
     assert len(_job_pods(kube, job)) == 2
     kube.kubectl("-n", "default", "delete", "pod", "trainer-pod", "--wait=false")
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and (
-        kube.kubectl("-n", "default", "get", "tfjob", job, check=False) or _job_pods(kube, job)
-    ):
-        time.sleep(1)
-    assert not kube.kubectl("-n", "default", "get", "tfjob", job, check=False)
-    assert _job_pods(kube, job) == []
+    _assert_gone(kube, job, timeout=180)
 
 
 def _compiled_trainer(tmp_path) -> tuple[dict, dict, list]:
