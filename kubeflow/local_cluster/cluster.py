@@ -179,9 +179,13 @@ def _remove_created_dirs(layout: node.Layout) -> list[str]:
     with contextlib.suppress(OSError, ValueError), open(layout.created_dirs) as handle:
         created = json.load(handle)
         for folder in sorted(created, key=lambda path: -path.count("/")):
-            if os.path.ismount(folder) and not os.listdir(folder):
-                # `ip netns add` bind-mounts /run/netns onto itself when it creates it.
-                host.run("umount", folder, check=False)
+            for _ in range(8):
+                if not host.is_mount_point(folder) or os.listdir(folder):
+                    break
+                # `ip netns add` bind-mounts /run/netns onto itself when it creates it (once
+                # per call that finds it unmounted: the mounts can stack).
+                if host.run("umount", folder, check=False).returncode != 0:
+                    break
             with contextlib.suppress(OSError):
                 os.rmdir(folder)  # only when empty: a folder something else filled stays
                 removed.append(folder)

@@ -229,6 +229,14 @@ def mounts_under(*folders: str) -> list[str]:
     return sorted(points, key=lambda point: -point.count("/"))
 
 
+def is_mount_point(path: str) -> bool:
+    """From the mount table: os.path.ismount misses a bind mount of a folder onto itself on the
+    same file system (what `ip netns add` makes of /run/netns)."""
+    target = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as handle:
+        return any(line.split()[4].replace("\\040", " ") == target for line in handle)
+
+
 def unmount_under(*folders: str) -> list[str]:
     points = mounts_under(*folders)
     for point in points:
