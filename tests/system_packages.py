@@ -18,6 +18,8 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 
+from kubeflow.local_cluster import host
+
 
 @dataclasses.dataclass(frozen=True)
 class SystemPackage:
@@ -58,18 +60,11 @@ PACKAGES: dict[str, SystemPackage] = {
 }
 
 # Debian installs daemons such as mariadbd in sbin, which a user's PATH often lacks.
-_SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")
+_SBIN = host.SBIN
 
 
 def which(program: str) -> str | None:
-    found = shutil.which(program)
-    if found:
-        return found
-    for folder in _SBIN:
-        candidate = os.path.join(folder, program)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return host.which(program, _SBIN)
 
 
 def missing(names: Iterable[str]) -> list[str]:

@@ -44,24 +44,13 @@ class ClusterError(RuntimeError):
     """One line a user can act on (then, where there is one, the log that explains it)."""
 
 
-def which(program: str) -> str | None:
-    found = shutil.which(program)
-    if found:
-        return found
-    for folder in ("/usr/sbin", "/sbin", "/usr/local/sbin"):
-        candidate = os.path.join(folder, program)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def preflight(layout: node.Layout) -> dict[str, str]:
     """The bad states `up` refuses, each as one line; returns the programs' paths."""
     if os.geteuid() != 0:
         raise ClusterError(
             "the local cluster needs root (network namespace, cgroups, containerd): run it as root"
         )
-    paths = {program: which(program) for program in PROGRAMS}
+    paths = {program: host.which(program) for program in PROGRAMS}
     missing = sorted({PROGRAMS[p] for p, path in paths.items() if path is None})
     if not os.path.exists(os.path.join(CNI_BIN, "bridge")):
         missing.append("containernetworking-plugins")

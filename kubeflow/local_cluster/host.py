@@ -11,9 +11,11 @@ unmounts anything under the cluster's folders that the host's table shows.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import ipaddress
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -23,6 +25,41 @@ from kubeflow.local_cluster import node
 
 class HostError(RuntimeError):
     """A host change failed; the message names the command and what it printed."""
+
+
+# Debian installs daemons (etcd, containerd, mariadbd) in sbin, which a user's PATH often lacks.
+SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")
+
+
+def which(program: str, sbin: tuple[str, ...] = SBIN) -> str | None:
+    """`program` on PATH, else in the sbin folders."""
+    found = shutil.which(program)
+    if found:
+        return found
+    for folder in sbin:
+        candidate = os.path.join(folder, program)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM when its parent dies, even when the parent is killed (no
+    finalizer runs then), so that no server outlives what started it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def stop_process(process: subprocess.Popen, grace: float) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds; waits for the exit."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def run(*command: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -14,7 +14,6 @@ container process (the kubepods cgroup), containerd and its shims, the control p
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -30,11 +29,6 @@ from kubeflow.local_cluster import host, node
 
 def _log(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _probe(ready: dict) -> bool:
@@ -85,7 +79,7 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
+                preexec_fn=host.die_with_parent,
             )
         started = time.monotonic()
         deadline = started + daemon["timeout"]
@@ -123,14 +117,8 @@ class Supervisor:
 
     def _terminate(self, name: str) -> None:
         process = self.processes.get(name)
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            host.stop_process(process, grace=15)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._stop_signal)

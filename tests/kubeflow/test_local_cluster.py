@@ -138,8 +138,8 @@ def test_bad_states_get_one_clear_line(local_cluster, tmp_path, capsys, monkeypa
         assert cli.main(["--root", other, "up"]) == 1
     assert "needs root" in capsys.readouterr().err
     with monkeypatch.context() as patch:
-        real = cluster.which
-        patch.setattr(cluster, "which", lambda p: None if p == "conntrack" else real(p))
+        real = host.which
+        patch.setattr(host, "which", lambda p: None if p == "conntrack" else real(p))
         assert cli.main(["--root", other, "up"]) == 1
     error = capsys.readouterr().err
     assert "Debian packages missing: conntrack: apt-get install -y conntrack" in error

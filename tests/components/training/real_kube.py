@@ -19,14 +19,12 @@ session's directory; its tail goes into the error when it does not come up.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import ipaddress
 import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -34,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 
-from kubeflow.local_cluster import builds
+from kubeflow.local_cluster import builds, host
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRD_DIR = os.path.join(HERE, "crds")
@@ -111,13 +109,6 @@ def _write_key(path: str, key) -> str:
     return path
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the test process dies, even when it is killed
-    (no finalizer runs then), so no server outlives its session."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class ControlPlane:
     """etcd, kube-apiserver and (given its binary) kube-controller-manager, their files in
     `folder`. `api_client(token)` is a kubernetes client for it (the cluster admin's without a
@@ -158,7 +149,8 @@ class ControlPlane:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            # SIGTERM when the test process dies, even killed: no server outlives its session.
+            preexec_fn=host.die_with_parent,
         )
         self.processes[name] = process
         return process
@@ -282,13 +274,7 @@ class ControlPlane:
         """In reverse start order (the controllers, the API server, etcd); each given 10 s to
         exit on SIGTERM, then killed."""
         for process in reversed(self.processes.values()):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            host.stop_process(process, grace=10)
         for log in self._logs:
             with contextlib.suppress(OSError):
                 log.close()
