@@ -453,7 +453,7 @@ class KubernetesJobLauncher:
                 return
             fatal = next((pod for pod in pods if fatal_waiting(pod)), None)
             if status.state == "Failed" or fatal is not None:
-                raise cluster.ClusterError(self._failure(namespace, name, status, pods))
+                raise cluster.ClusterError(self._failure(namespace, name, status, pods, restarts))
             if self.clock() - started > give_up_after:
                 raise cluster.ClusterError(
                     f"{self.KIND} {namespace}/{name} did not finish within its deadline of "
@@ -470,6 +470,12 @@ class KubernetesJobLauncher:
             change = restarts.observe(pod)
             if change:
                 progress_log.info("%s %s: pod %s %s", self.KIND, name, pod.metadata.name, change)
+            if pod.metadata.uid not in restarts.failures:
+                failure = self._pod_failure_text(namespace, pod)
+                if failure:
+                    # Read now: the operator may delete and recreate this pod before the job's
+                    # state says Failed, and its log and events go with it.
+                    restarts.failures[pod.metadata.uid] = failure
         for pod in pods:
             if pod.metadata.uid not in restarts.pending or pod.status.phase != "Running":
                 continue
@@ -503,7 +509,9 @@ class KubernetesJobLauncher:
         except ApiException:
             return ""
 
-    def _failure(self, namespace: str, name: str, status: JobStatus, pods: list) -> str:
+    def _failure(
+        self, namespace: str, name: str, status: JobStatus, pods: list, restarts: _Restarts
+    ) -> str:
         message = f"{self.KIND} {namespace}/{name} failed"
         if status.reason or status.message:
             message += f": {': '.join(x for x in (status.reason, status.message) if x)}"
@@ -512,18 +520,58 @@ class KubernetesJobLauncher:
                 f" (deadline {self.settings.active_deadline_seconds}s, --job_deadline_seconds)"
             )
         for pod in pods:
-            container, reason = pod_failure(pod)
-            if not reason:
-                continue
-            message += f"; pod {pod.metadata.name} {reason}"
-            event = self._last_warning(namespace, pod.metadata.name, pod.metadata.uid)
-            if event:
-                message += f"; event: {event}"
-            tail = self._log_tail(namespace, pod.metadata.name, container)
-            if tail:
-                message += f"; last output: {tail}"
-            break
+            failure = restarts.failures.get(pod.metadata.uid) or self._pod_failure_text(
+                namespace, pod
+            )
+            if failure:
+                return message + failure
+        if restarts.failures:
+            # Every failed pod was already replaced (a retryable exit, then the backoff limit):
+            # the last failure seen while waiting is the cause.
+            return message + list(restarts.failures.values())[-1] + " (that pod was since replaced)"
+        events = self._job_events(namespace, name)
+        if events:
+            message += "; events: " + " | ".join(events)
         return message
+
+    def _pod_failure_text(self, namespace: str, pod) -> str:
+        """`; pod NAME why; event: ...; last output: ...` for a failed pod, "" otherwise."""
+        container, reason = pod_failure(pod)
+        if not reason:
+            return ""
+        text = f"; pod {pod.metadata.name} {reason}"
+        event = self._last_warning(namespace, pod.metadata.name, pod.metadata.uid)
+        if event:
+            text += f"; event: {event}"
+        tail = self._log_tail(namespace, pod.metadata.name, container)
+        if tail:
+            text += f"; last output: {tail}"
+        return text
+
+    def _job_events(self, namespace: str, name: str, keep: int = 3) -> list[str]:
+        """The last Warning events, and the operator's `ExitedWithCode` notes, of the job and of
+        every object named after it (its pods, a TrainJob's JobSet and Jobs): they outlive pods
+        the operator deleted before the launcher saw them fail."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            events = self.core_api.list_namespaced_event(namespace).items or []
+        except ApiException:
+            return []
+        found = [
+            event
+            for event in events
+            if (event.type == "Warning" or event.reason == "ExitedWithCode")
+            and event.involved_object is not None
+            and (event.involved_object.name or "").startswith(name)
+        ]
+        found.sort(key=_event_time)
+        texts: list[str] = []
+        for event in found:
+            text = f"{event.involved_object.name} {event.reason}: {(event.message or '').strip()}"
+            if text not in texts:
+                texts.append(text[-300:])
+        return texts[-keep:]
 
     def _last_warning(self, namespace: str, pod_name: str, pod_uid: str = "") -> str:
         """The pod's last Warning event: this pod's (by uid), not an earlier pod's of the same
@@ -583,6 +631,8 @@ class _Restarts:
 
     def __init__(self) -> None:
         self.seen: dict[str, tuple[str, int]] = {}
+        # pod uid -> its failure, its last Warning event and last log line, read when first seen
+        self.failures: dict[str, str] = {}
         # uids of pods that were recreated or restarted, until their resume line is read
         self.pending: set[str] = set()
 
@@ -600,6 +650,11 @@ class _Restarts:
             self.pending.add(uid)
             return f"restarted (restart {count})"
         return ""
+
+
+def _event_time(event) -> float:
+    when = event.last_timestamp or event.event_time or event.first_timestamp
+    return when.timestamp() if when is not None else 0.0
 
 
 def sorted_pods(pods: list) -> list:

@@ -8,6 +8,7 @@ share one cluster (the `local_cluster` fixture), in file order."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -296,6 +298,95 @@ def test_training_runs_in_pods_and_matches_local_processes(
     )
 
 
+def _container_pids(pod: dict) -> list[int]:
+    """The processes of a pod's training container, from the cgroup the kubelet made for it
+    (cgroupfs driver: .../kubepods/<qos>/pod<uid>/<container id>)."""
+    status = pod["status"]["containerStatuses"][0]
+    container_id = status["containerID"].split("://", 1)[1]
+    pattern = os.path.join(
+        "/sys/fs/cgroup/pids",
+        node.CGROUP_ROOT.strip("/"),
+        "kubepods",
+        "**",
+        f"pod{pod['metadata']['uid']}",
+        container_id,
+        "cgroup.procs",
+    )
+    pids: list[int] = []
+    for procs in glob.glob(pattern, recursive=True):
+        with open(procs) as handle:
+            pids += [int(line) for line in handle if line.strip()]
+    return pids
+
+
+def test_a_killed_worker_is_recreated_and_training_resumes_from_the_last_backup(local_cluster):
+    """`kill -9` of a worker's training process (what an OOM kill or an eviction does) mid-run:
+    the Training Operator recreates the pod (exit 137 is retryable under restartPolicy ExitCode),
+    the surviving worker exits with the peer-lost code and is recreated too, both resume from
+    BackupAndRestore's last backup, and the run finishes and pushes."""
+    kube = local_cluster.kube()
+    output_root = os.path.join(local_cluster.shared, "killed-worker")
+    args = [
+        "--strategy",
+        "multi_worker_mirrored",
+        "--workers",
+        "2",
+        "--epochs",
+        "60",
+        "--early_stopping_patience",
+        "0",
+        "--launcher",
+        "tfjob",
+        "--kubeconfig",
+        local_cluster.kubeconfig,
+        "--output_root",
+        output_root,
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "pipeline/run_local.py", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    killed: list[int] = []
+    try:
+        deadline = time.monotonic() + 600
+        while not killed and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+            job = re.search(r"TFJob default/(tfx-train-\w+) created", "".join(lines))
+            if not job:
+                continue
+            pods = {pod["metadata"]["name"]: pod for pod in _job_pods(kube, job.group(1))}
+            chief, victim = (pods.get(f"{job.group(1)}-worker-{i}") for i in (0, 1))
+            if not chief or not victim or victim["status"].get("phase") != "Running":
+                continue
+            log = kube.kubectl("-n", "default", "logs", chief["metadata"]["name"], check=False)
+            # Epoch lines come every 6 epochs; 12 done means backups exist past epoch 1.
+            if re.search(r"epoch (1[2-9]|[2-5]\d)/60", log or ""):
+                for pid in _container_pids(victim):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+        assert killed, "".join(lines)[-4000:]
+        process.wait(timeout=900)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        reader.join(timeout=10)
+    output = "".join(lines)
+    assert process.returncode == 0, output[-5000:]
+    assert re.search(r"pod tfx-train-\w+-worker-1 was recreated by the operator", output), output
+    resumed = re.findall(r"resumed from the last backup: training starts at epoch (\d+)/60", output)
+    assert resumed and all(int(epoch) > 1 for epoch in resumed), output[-5000:]
+    assert re.search(r"TFJob tfx-train-\w+: Succeeded", output), output[-5000:]
+    assert "pushed model:" in output
+
+
 def test_an_output_root_the_pods_cannot_see_is_refused_before_training(local_cluster, tmp_path):
     result = _run_local(
         "--strategy",
@@ -331,7 +422,13 @@ def _job_pods(kube, job: str) -> list[dict]:
     return kube.get("-n", "default", "pods", "-l", f"training.kubeflow.org/job-name={job}")["items"]
 
 
-def _launcher(local_cluster, command=None, image: str = "", delete_policy: str = "never"):
+def _launcher(
+    local_cluster,
+    command=None,
+    image: str = "",
+    delete_policy: str = "never",
+    backoff_limit: int = 0,
+):
     from components.training import tfjob
     from components.training.settings import TFJobConfig
     from pipeline.launcher_flags import LOCAL_WORKER
@@ -344,7 +441,7 @@ def _launcher(local_cluster, command=None, image: str = "", delete_policy: str =
         run_as_user=0,
         kubeconfig=local_cluster.kubeconfig,
         poll_seconds=1.0,
-        backoff_limit=0,
+        backoff_limit=backoff_limit,
         delete_policy=delete_policy,
     )
     options = {"command": command} if command else {}
@@ -396,7 +493,9 @@ def test_a_crashing_command_fails_with_its_exit_code_and_last_log_line(local_clu
             "sys.exit('ValueError: no shards under /data')",
         ]
 
-    launcher = _launcher(local_cluster, command=crash)
+    # Restarts allowed: a code error (exit 1, restartPolicy ExitCode) still fails the job at once,
+    # while a start that a loaded machine fails (runc's StartError, exit 128) is retried.
+    launcher = _launcher(local_cluster, command=crash, backoff_limit=3)
     with pytest.raises(training_cluster.ClusterError) as failure:
         launcher.run(
             training_cluster.ClusterSpec("multi_worker_mirrored", 2), _task(local_cluster, "crash")
@@ -404,6 +503,29 @@ def test_a_crashing_command_fails_with_its_exit_code_and_last_log_line(local_clu
     message = str(failure.value)
     assert re.search(r"pod tfx-train-\w+-worker-\d Error \(exit code 1\)", message), message
     assert "last output: ValueError: no shards under /data" in message
+
+
+def test_a_failure_whose_pods_were_replaced_still_names_its_exit_code(local_cluster):
+    """A retryable exit (137: killed) past a backoff limit of 0: the operator deletes and recreates
+    the pods and fails the job, often before a poll sees the failed pod. The error still says
+    which pod exited how (seen while waiting, or from the operator's ExitedWithCode events)."""
+    from components.training import cluster as training_cluster
+
+    def killed(task_uri: str) -> list[str]:
+        return ["python", "-c", "import os; print('out of memory', flush=True); os._exit(137)"]
+
+    launcher = _launcher(local_cluster, command=killed, backoff_limit=0)
+    with pytest.raises(training_cluster.ClusterError) as failure:
+        launcher.run(
+            training_cluster.ClusterSpec("multi_worker_mirrored", 2), _task(local_cluster, "lost")
+        )
+    message = str(failure.value)
+    assert "reached the specified backoff limit" in message, message
+    assert re.search(
+        r"pod tfx-train-\w+-worker-\d Error \(exit code 137\)"
+        r"|ExitedWithCode: Pod: default\.tfx-train-\w+-worker-\d exited with code 137",
+        message,
+    ), message
 
 
 def test_sigterm_of_the_trainer_deletes_the_job_and_its_pods(local_cluster, tmp_path):

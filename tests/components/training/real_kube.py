@@ -109,10 +109,130 @@ def _write_key(path: str, key) -> str:
     return path
 
 
-class ControlPlane:
+class ApiServer:
+    """A kube-apiserver by URL, CA file and the cluster admin's token: `api_client(token)` is a
+    kubernetes client for it (the admin's without a token); `apply`, `get`, `delete` and
+    `request` call it as the admin. The ControlPlane below is one; the local cluster's API
+    server (tests/kubeflow/conftest.py) another."""
+
+    def __init__(self, url: str = "", ca_file: str = "", admin_token: str = ""):
+        self._url = url
+        self.ca_file = ca_file
+        self.admin_token = admin_token
+        self._context: ssl.SSLContext | None = None
+        self._discovery: dict[str, dict[str, tuple[str, str, bool]]] = {}
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    # --- clients ------------------------------------------------------------------------------
+
+    def configuration(self, token: str | None = None):
+        from kubernetes import client as k8s
+
+        configuration = k8s.Configuration(host=self.url)
+        configuration.ssl_ca_cert = self.ca_file
+        configuration.api_key = {"authorization": token or self.admin_token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        configuration.retries = 0
+        return configuration
+
+    def api_client(self, token: str | None = None):
+        from kubernetes import client as k8s
+
+        return k8s.ApiClient(self.configuration(token))
+
+    def write_kubeconfig(self, path: str, token: str, namespace: str) -> str:
+        """A kubeconfig for `token` (what a workstation's launcher loads)."""
+        import yaml
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.url, "certificate-authority": self.ca_file},
+                }
+            ],
+            "users": [{"name": "test", "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": "test",
+                    "context": {"cluster": "test", "user": "test", "namespace": namespace},
+                }
+            ],
+            "current-context": "test",
+        }
+        with open(path, "w") as handle:
+            yaml.safe_dump(config, handle)
+        return path
+
+    # --- objects by apiVersion and kind, as the admin (plain REST: CRDs are ~1 MB each) -------
+
+    def request(self, method: str, path: str, body: dict | None = None) -> dict:
+        """One call as the cluster admin; an error status raises the kubernetes client's
+        ApiException (status, reason, body), as the client's own calls do."""
+        from kubernetes.client.exceptions import ApiException
+
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.admin_token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        call = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(call, context=self._ssl(), timeout=60) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            failure = ApiException(status=error.code, reason=error.reason)
+            failure.body = error.read().decode(errors="replace")
+            raise failure from None
+
+    def _ssl(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = ssl.create_default_context(cafile=self.ca_file)
+        return self._context
+
+    def resource_path(self, api_version: str, kind: str, namespace: str = "") -> str:
+        """The collection path of `kind` (namespaced ones in `namespace`), from the server's
+        discovery document of its group version (read once)."""
+        if api_version not in self._discovery:
+            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            resources = self.request("GET", prefix)["resources"]
+            self._discovery[api_version] = {
+                r["kind"]: (prefix, r["name"], r["namespaced"])
+                for r in resources
+                if "/" not in r["name"]
+            }
+        prefix, plural, namespaced = self._discovery[api_version][kind]
+        if namespaced:
+            assert namespace, f"{kind} is namespaced: name its namespace"
+            return f"{prefix}/namespaces/{namespace}/{plural}"
+        return f"{prefix}/{plural}"
+
+    def is_namespaced(self, api_version: str, kind: str) -> bool:
+        self.resource_path(api_version, kind, "-")
+        return self._discovery[api_version][kind][2]
+
+    def apply(self, document: dict, namespace: str = "", dry_run: bool = False) -> dict:
+        """Creates `document` (in `namespace` when it is namespaced and names none); returns
+        the object the server stored (or would store: server-side dry run)."""
+        where = document["metadata"].get("namespace") or namespace
+        path = self.resource_path(document["apiVersion"], document["kind"], where)
+        return self.request("POST", path + ("?dryRun=All" if dry_run else ""), document)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict:
+        return self.request("GET", f"{self.resource_path(api_version, kind, namespace)}/{name}")
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict:
+        return self.request("DELETE", f"{self.resource_path(api_version, kind, namespace)}/{name}")
+
+
+
+class ControlPlane(ApiServer):
     """etcd, kube-apiserver and (given its binary) kube-controller-manager, their files in
-    `folder`. `api_client(token)` is a kubernetes client for it (the cluster admin's without a
-    token); `apply`, `get`, `delete` and `request` call it as the admin."""
+    `folder`, on a loopback port."""
 
     def __init__(
         self,
@@ -128,13 +248,10 @@ class ControlPlane:
         self.etcd = etcd or shutil.which("etcd")
         if self.etcd is None:
             raise Unavailable("etcd is Debian's etcd-server: apt-get install etcd-server")
-        self.admin_token = secrets.token_hex(16)
+        super().__init__(admin_token=secrets.token_hex(16))
         self.port = 0
-        self.ca_file = ""
         # name -> process, in start order (kept after stop, for inspection).
         self.processes: dict[str, subprocess.Popen] = {}
-        self._context: ssl.SSLContext | None = None
-        self._discovery: dict[str, dict[str, tuple[str, str, bool]]] = {}
         self._logs: list = []
 
     @property
@@ -279,109 +396,6 @@ class ControlPlane:
             with contextlib.suppress(OSError):
                 log.close()
         self._logs.clear()
-
-    # --- clients ------------------------------------------------------------------------------
-
-    def configuration(self, token: str | None = None):
-        from kubernetes import client as k8s
-
-        configuration = k8s.Configuration(host=self.url)
-        configuration.ssl_ca_cert = self.ca_file
-        configuration.api_key = {"authorization": token or self.admin_token}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
-        configuration.retries = 0
-        return configuration
-
-    def api_client(self, token: str | None = None):
-        from kubernetes import client as k8s
-
-        return k8s.ApiClient(self.configuration(token))
-
-    def write_kubeconfig(self, path: str, token: str, namespace: str) -> str:
-        """A kubeconfig for `token` (what a workstation's launcher loads)."""
-        import yaml
-
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "test",
-                    "cluster": {"server": self.url, "certificate-authority": self.ca_file},
-                }
-            ],
-            "users": [{"name": "test", "user": {"token": token}}],
-            "contexts": [
-                {
-                    "name": "test",
-                    "context": {"cluster": "test", "user": "test", "namespace": namespace},
-                }
-            ],
-            "current-context": "test",
-        }
-        with open(path, "w") as handle:
-            yaml.safe_dump(config, handle)
-        return path
-
-    # --- objects by apiVersion and kind, as the admin (plain REST: CRDs are ~1 MB each) -------
-
-    def request(self, method: str, path: str, body: dict | None = None) -> dict:
-        """One call as the cluster admin; an error status raises the kubernetes client's
-        ApiException (status, reason, body), as the client's own calls do."""
-        from kubernetes.client.exceptions import ApiException
-
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.admin_token}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        call = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(call, context=self._ssl(), timeout=60) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            failure = ApiException(status=error.code, reason=error.reason)
-            failure.body = error.read().decode(errors="replace")
-            raise failure from None
-
-    def _ssl(self) -> ssl.SSLContext:
-        if self._context is None:
-            self._context = ssl.create_default_context(cafile=self.ca_file)
-        return self._context
-
-    def resource_path(self, api_version: str, kind: str, namespace: str = "") -> str:
-        """The collection path of `kind` (namespaced ones in `namespace`), from the server's
-        discovery document of its group version (read once)."""
-        if api_version not in self._discovery:
-            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            resources = self.request("GET", prefix)["resources"]
-            self._discovery[api_version] = {
-                r["kind"]: (prefix, r["name"], r["namespaced"])
-                for r in resources
-                if "/" not in r["name"]
-            }
-        prefix, plural, namespaced = self._discovery[api_version][kind]
-        if namespaced:
-            assert namespace, f"{kind} is namespaced: name its namespace"
-            return f"{prefix}/namespaces/{namespace}/{plural}"
-        return f"{prefix}/{plural}"
-
-    def is_namespaced(self, api_version: str, kind: str) -> bool:
-        self.resource_path(api_version, kind, "-")
-        return self._discovery[api_version][kind][2]
-
-    def apply(self, document: dict, namespace: str = "", dry_run: bool = False) -> dict:
-        """Creates `document` (in `namespace` when it is namespaced and names none); returns
-        the object the server stored (or would store: server-side dry run)."""
-        where = document["metadata"].get("namespace") or namespace
-        path = self.resource_path(document["apiVersion"], document["kind"], where)
-        return self.request("POST", path + ("?dryRun=All" if dry_run else ""), document)
-
-    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict:
-        return self.request("GET", f"{self.resource_path(api_version, kind, namespace)}/{name}")
-
-    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict:
-        return self.request("DELETE", f"{self.resource_path(api_version, kind, namespace)}/{name}")
-
 
 def install_crds(plane: ControlPlane, timeout: float = 60.0) -> list[str]:
     """Creates every vendored CRD and waits until each is Established; returns their names."""
