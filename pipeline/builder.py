@@ -22,7 +22,6 @@ import tensorflow_model_analysis as tfma
 # (about 5 s of a 15 s start-up), which a local or Kubeflow run never uses.
 from tfx.components import (
     Pusher,
-    SchemaGen,
     StatisticsGen,
     Trainer,
 )
@@ -36,6 +35,7 @@ from components.tfx_components.baseline_model.component import BaselineModel
 from components.tfx_components.evaluator.component import BaselineEvaluator
 from components.tfx_components.example_gen.component import ShardedCsvExampleGen
 from components.tfx_components.image_example_gen.component import ImageExampleGen
+from components.tfx_components.schema_gen.executor import ColumnSchemaGen
 from components.tfx_components.trainer import executor as trainer_executor
 from components.tfx_components.transform import executor as transform_executor
 from components.tfx_components.transform.component import ShardedTransform
@@ -372,10 +372,16 @@ def _example_gen(config: PipelineConfig):
 
 
 def _schema_gen(dataset: DatasetConfig, statistics_gen):
-    """The curated schema when the dataset has one, else one inferred from the statistics."""
+    """The curated schema when the dataset has one, else one inferred from the statistics of
+    every split, with TFX's shape inference unless --no_infer_feature_shape (a TFX module's
+    preprocessing_fn may expect dense tensors), every column ExampleGen wrote kept a feature
+    (components.tfx_components.schema_gen says why)."""
     if dataset.schema_path:
         return ImportSchemaGen(schema_file=dataset.schema_path)
-    return SchemaGen(statistics=statistics_gen.outputs["statistics"], infer_feature_shape=False)
+    return ColumnSchemaGen(
+        statistics=statistics_gen.outputs["statistics"],
+        infer_feature_shape=dataset.infer_feature_shape,
+    ).with_id("SchemaGen")
 
 
 def _runs_user_module(component, config: PipelineConfig, role: str) -> None:

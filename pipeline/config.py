@@ -50,6 +50,11 @@ class DatasetConfig:
     # Curated schema (schemas/<name>/schema.pbtxt). None: infer with SchemaGen (first use of a
     # user's dataset); the inferred schema is written out for review.
     schema_path: str | None = None
+    # Inferred schemas only (no schema_path): SchemaGen's infer_feature_shape, TFX's default. A
+    # feature present once in every row of every split is then fixed-shape (a dense tensor in
+    # Transform), any other variable-length (a SparseTensor); False makes every feature
+    # variable-length (--no_infer_feature_shape).
+    infer_feature_shape: bool = True
     # Content digest of the curated schema (pipeline.fingerprints.file_digest), part of
     # ImportSchemaGen's cache key. Empty: taken from schema_path when the pipeline is built;
     # set by runners whose schema_path is not readable here (Kubeflow: a path in the image).
@@ -490,6 +495,13 @@ class PipelineConfig:
             self.dataset.label_key not in self.dataset.excluded_columns,
             "dataset.excluded_columns",
             f"must not hold the label column {self.dataset.label_key!r}",
+        )
+        _require(
+            self.dataset.infer_feature_shape or not self.dataset.schema_path,
+            "dataset.infer_feature_shape (--no_infer_feature_shape)",
+            f"is for a schema SchemaGen infers; the curated schema {self.dataset.schema_path} "
+            "is imported as it is (its features' shapes are its own): drop the flag, or edit "
+            "the schema",
         )
         _require(
             self.dataset.image_size >= MIN_IMAGE_SIZE,

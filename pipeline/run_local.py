@@ -74,6 +74,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="worker processes for multi_processing (default: CPU count)",
     )
+    parser.add_argument(
+        "--no_infer_feature_shape",
+        action="store_true",
+        help="an inferred schema (no curated one) gives every feature a variable length "
+        "(SparseTensors in preprocessing_fn) instead of TFX's default: a fixed shape for "
+        "features present once in every row of every split (dense tensors)",
+    )
     parser.add_argument("--no_cache", action="store_true", help="re-run every component")
     parser.add_argument(
         "--mysql_host",
@@ -113,7 +120,9 @@ def build_config(
     else:
         facts = preflight.check_dataset(dataset, choice.delimiter, choice.keep_columns)
         preflight.check_rows_without_label(facts, args.max_rejected_fraction)
-    dataset = preflight.resolved(dataset, facts)
+    dataset = dataclasses.replace(
+        preflight.resolved(dataset, facts), infer_feature_shape=not args.no_infer_feature_shape
+    )
     config = config_lib.local_config(
         dataset=dataset,
         output_root=args.output_root,

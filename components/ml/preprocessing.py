@@ -275,6 +275,11 @@ def _numeric_outputs(
     )
     mean, present_fraction = means[:count], means[count:]
     variance = tft.var(observed, reduce_instance_dims=False) * present_fraction
+    # A column with no value in the analyzed (train) split, which the inferred schema keeps when
+    # another split has values (components.tfx_components.schema_gen), has NaN statistics (0 / 0):
+    # imputed with 0 and only centred on 0, not NaN in every row.
+    mean = tf.where(tf.math.is_nan(mean), tf.zeros_like(mean), mean)
+    variance = tf.where(tf.math.is_nan(variance), tf.zeros_like(variance), variance)
     outputs = {}
     if keys:
         z_scores = _z_score(values, present, mean[: len(keys)], variance[: len(keys)])

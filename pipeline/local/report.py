@@ -321,6 +321,11 @@ def export_inferred_schema(
             f"    columns left out are in it as `lifecycle_stage: DISABLED`: {', '.join(excluded)}"
             "\n    (delete that line to make one a feature)\n"
         )
+    if summary.restored_features:
+        out.write(
+            "    column(s) with values in some split(s) only, features typed from those values "
+            f"(TFX's SchemaGen would deprecate them): {', '.join(summary.restored_features)}\n"
+        )
 
 
 def write_schema_with_excluded(source: str, excluded, target: str) -> None:

@@ -12,6 +12,9 @@ from pipeline.mlmd import connection, evaluation, records
 # The Trainer's Model artifact property holding the class weights training used (JSON: class
 # name -> weight; components.tfx_components.trainer.executor sets it, under this name).
 CLASS_WEIGHTS_PROPERTY = "class_weights"
+# The SchemaGen Schema artifact property listing the features it restored (comma-separated;
+# components.tfx_components.schema_gen.executor.RESTORED_PROPERTY, under this name).
+RESTORED_PROPERTY = "restored_features"
 
 
 @dataclasses.dataclass
@@ -35,6 +38,9 @@ class RunSummary:
     class_names: list[str] = dataclasses.field(default_factory=list)
     # The per-class weights training used (--class_weight), as the Trainer recorded them.
     class_weights: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Inferred schema: the columns with values in some split(s) only, which TFDV deprecates and
+    # SchemaGen kept as optional features (components.tfx_components.schema_gen).
+    restored_features: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def all_cached(self) -> bool:
@@ -54,6 +60,7 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     metrics, blessed, pushed_model, counts, rejected, schema_uri = {}, None, None, {}, None, None
     failures: list[dict] = []
     listing, confusion, names, weights = None, None, [], {}
+    restored: list[str] = []
     for evaluated in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
         metrics = evaluation.overall_metrics(evaluated.uri)
         failures = evaluation.validation_failures(evaluated.uri)
@@ -77,6 +84,11 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         listing = records.custom_value(examples, "rejected_files_uri")
     for schema in outputs.get("SchemaGen", {}).get("Schema", []):
         schema_uri = os.path.join(schema.uri, "schema.pbtxt")
+        restored = [
+            name
+            for name in (records.custom_value(schema, RESTORED_PROPERTY) or "").split(",")
+            if name
+        ]
     return RunSummary(
         components=components,
         metrics=metrics,
@@ -91,6 +103,7 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         confusion=confusion,
         class_names=names,
         class_weights=weights,
+        restored_features=restored,
     )
 
 

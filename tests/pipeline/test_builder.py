@@ -214,3 +214,40 @@ def test_custom_config_may_not_shadow_the_project_s_transform_settings(tmp_path)
             "def preprocessing_fn(inputs):\n    return inputs\n",
             custom_config='{"num_output_shards": 1}',
         )
+
+
+def test_an_inferred_schema_has_tfx_s_shape_inference_unless_turned_off(tmp_path, write_csv):
+    """No curated schema: SchemaGen (under TFX's id) with this project's executor, which keeps
+    every column a feature, and infer_feature_shape TFX's default (True) unless
+    --no_infer_feature_shape; a curated schema is imported and the flag refused."""
+    import dataclasses
+
+    import pytest
+
+    from components.tfx_components.schema_gen import executor as schema_executor
+    from pipeline import config as config_lib
+    from pipeline import datasets, run_local
+
+    write_csv("rows.csv", "x,y\n" + "".join(f"{i % 7},{'ab'[i % 2]}\n" for i in range(20)))
+    schema_gens = {}
+    for flags in ([], ["--no_infer_feature_shape"]):
+        args = run_local.parse_args(
+            ["--data", write_csv.dir, "--label", "y", "--output_root", str(tmp_path), *flags]
+        )
+        config, _ = run_local.build_config(args)
+        components = {c.id: c for c in builder.create_pipeline(config).components}
+        schema_gens[bool(flags)] = components["SchemaGen"]
+        assert "ImportSchemaGen" not in components
+    assert schema_gens[False].exec_properties["infer_feature_shape"] == 1
+    assert schema_gens[True].exec_properties["infer_feature_shape"] == 0
+    for schema_gen in schema_gens.values():
+        assert schema_gen.executor_spec.executor_class is schema_executor.Executor
+
+    penguins = datasets.penguins()
+    with pytest.raises(
+        config_lib.ConfigError, match=r"dataset.infer_feature_shape \(--no_infer_feature_shape\)"
+    ):
+        config_lib.local_config(
+            dataset=dataclasses.replace(penguins, infer_feature_shape=False),
+            output_root=str(tmp_path),
+        )

@@ -149,3 +149,11 @@ def test_class_weights_are_for_tabular_classification(capsys, tmp_path):
     )
     assert code == run_local.EXIT_BAD_INPUT
     assert "training.class_weight (--class_weight)" in capsys.readouterr().err
+
+
+def test_no_infer_feature_shape_with_a_curated_schema_is_one_line(capsys, tmp_path):
+    """The penguins' curated schema is imported as it is: shape inference is SchemaGen's."""
+    code = run_local.main(["--no_infer_feature_shape", "--output_root", str(tmp_path)])
+    assert code == run_local.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "dataset.infer_feature_shape (--no_infer_feature_shape)" in err and err.count("\n") == 1

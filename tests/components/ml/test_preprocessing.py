@@ -128,3 +128,89 @@ def test_stacked_columns_keep_each_value_in_its_column_and_refuse_a_second_value
     two_in_a_row = tf.SparseTensor([[0, 0], [0, 1]], [1.0, 2.0], [3, 2])
     with pytest.raises(tf.errors.InvalidArgumentError, match="more than one value in a row"):
         stack_columns([two_in_a_row, one_per_row([1], [7.0])], tf.float32, 0.0)
+
+
+def _penguin_transform(tmp_path, penguins_csv, penguins_schema_path, edit_schema, edit_rows=None):
+    """analyze + transform of the penguin rows (conftest.penguin_instances) under the curated
+    schema as edit_schema(schema) leaves it."""
+    import functools
+
+    from tensorflow_transform.tf_metadata import dataset_metadata
+
+    from components.ml import preprocessing
+    from pipeline import preflight
+    from tests.components.conftest import analyze_and_transform, penguin_instances
+
+    schema = preflight.load_schema(penguins_schema_path)
+    edit_schema(schema)
+    raw = penguin_instances(penguins_csv)
+    if edit_rows:
+        raw = [edit_rows(row) for row in raw]
+    fn = functools.partial(
+        preprocessing.preprocessing_fn, custom_config={features.LABEL_KEY_CONFIG: "species"}
+    )
+    return analyze_and_transform(tmp_path, raw, dataset_metadata.DatasetMetadata(schema), fn)
+
+
+def test_fixed_shape_and_variable_length_columns_give_the_same_features(
+    tmp_path, penguins_csv, penguins_schema_path
+):
+    """SchemaGen's shape inference on (TFX's default: species, island and year, present in
+    every row, are fixed-shape: dense tensors) or off (--no_infer_feature_shape: every column
+    a SparseTensor): the same values, and a missing indicator only for a numeric column that
+    may be missing (year's, all 0, without shapes)."""
+
+    def without_shapes(schema):
+        for feature in schema.feature:
+            feature.ClearField("shape")
+            if not feature.HasField("value_count"):
+                feature.value_count.min = feature.value_count.max = 1
+
+    shaped = _penguin_transform(
+        tmp_path / "shaped", penguins_csv, penguins_schema_path, lambda schema: None
+    )
+    sparse = _penguin_transform(
+        tmp_path / "sparse", penguins_csv, penguins_schema_path, without_shapes
+    )
+    raw_specs = [run["output"].raw_feature_spec() for run in (shaped, sparse)]
+    assert isinstance(raw_specs[0]["year"], tf.io.FixedLenFeature)
+    assert isinstance(raw_specs[1]["year"], tf.io.VarLenFeature)
+    out_shaped, out_sparse = transform(shaped, shaped["raw"]), transform(sparse, sparse["raw"])
+    year_missing = features.missing_indicator_name("year")
+    assert set(out_sparse) - set(out_shaped) == {year_missing}
+    assert out_sparse[year_missing].tolist() == [0.0] * len(shaped["raw"])
+    for name, values in out_shaped.items():
+        np.testing.assert_allclose(out_sparse[name], values, rtol=1e-6, err_msg=name)
+    assert all(values.shape == (len(shaped["raw"]),) for values in out_shaped.values())
+
+
+def test_a_numeric_column_without_values_in_the_analyzed_rows_stays_finite(
+    tmp_path, penguins_csv, penguins_schema_path
+):
+    """A column the inferred schema keeps though the train split has none of its values
+    (components.tfx_components.schema_gen): its statistics are 0 / 0; the feature is the raw
+    value centred on 0, imputed 0 where missing, never NaN."""
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    def with_rare(schema):
+        rare = schema.feature.add(name="rare", type=schema_pb2.FLOAT)
+        rare.presence.min_count = 0
+        rare.value_count.min = rare.value_count.max = 1
+        text = schema.feature.add(name="rare_text", type=schema_pb2.BYTES)
+        text.presence.min_count = 0
+        text.value_count.min = text.value_count.max = 1
+
+    run = _penguin_transform(
+        tmp_path,
+        penguins_csv,
+        penguins_schema_path,
+        with_rare,
+        lambda row: {**row, "rare": [], "rare_text": []},
+    )
+    rows = [dict(run["raw"][0], rare=[3.5], rare_text=[b"x"]), run["raw"][1]]
+    out = transform(run, rows)
+    assert out[features.transformed_name("rare")].tolist() == [3.5, 0.0]
+    assert out[features.missing_indicator_name("rare")].tolist() == [0.0, 1.0]
+    # Unseen text: the out-of-vocabulary bucket after the one entry (the missing token).
+    assert out[features.transformed_name("rare_text")].tolist() == [1, 0]
+    assert all(np.isfinite(values).all() for values in out.values() if values.dtype.kind == "f")

@@ -1,0 +1,1 @@
+"""SchemaGen that keeps every column a feature (executor.ColumnSchemaGen)."""
