@@ -276,13 +276,17 @@ def _numeric_outputs(
     mean, present_fraction = means[:count], means[count:]
     variance = tft.var(observed, reduce_instance_dims=False) * present_fraction
     # A column with no value in the analyzed (train) split, which the inferred schema keeps when
-    # another split has values (components.tfx_components.schema_gen), has NaN statistics (0 / 0):
-    # imputed with 0 and only centred on 0, not NaN in every row.
-    mean = tf.where(tf.math.is_nan(mean), tf.zeros_like(mean), mean)
-    variance = tf.where(tf.math.is_nan(variance), tf.zeros_like(variance), variance)
+    # another split has values (components.tfx_components.schema_gen), has NaN statistics (0 / 0)
+    # and nothing to scale its values by: its feature is 0 in every row (the model never saw it
+    # vary; a raw value, a census tract number say, would swamp every other input), its missing
+    # indicator still says where it has a value.
+    analyzed = tf.logical_not(tf.math.is_nan(mean))
+    mean = tf.where(analyzed, mean, tf.zeros_like(mean))
+    variance = tf.where(analyzed, variance, tf.zeros_like(variance))
     outputs = {}
     if keys:
         z_scores = _z_score(values, present, mean[: len(keys)], variance[: len(keys)])
+        z_scores = tf.where(analyzed[: len(keys)], z_scores, tf.zeros_like(z_scores))
         for key, column in zip(keys, tf.unstack(z_scores, num=len(keys), axis=1), strict=True):
             outputs[features.transformed_name(key)] = column
         # Indicators for the columns that may be missing (sparse in the schema's spec).

@@ -188,8 +188,9 @@ def test_a_numeric_column_without_values_in_the_analyzed_rows_stays_finite(
     tmp_path, penguins_csv, penguins_schema_path
 ):
     """A column the inferred schema keeps though the train split has none of its values
-    (components.tfx_components.schema_gen): its statistics are 0 / 0; the feature is the raw
-    value centred on 0, imputed 0 where missing, never NaN."""
+    (components.tfx_components.schema_gen): its statistics are 0 / 0, nothing scales its values
+    (chicago taxi's census tract, 17031081500, swamped every other input): the feature is 0 in
+    every row, never NaN, and the missing indicator says where it has a value."""
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     def with_rare(schema):
@@ -207,9 +208,9 @@ def test_a_numeric_column_without_values_in_the_analyzed_rows_stays_finite(
         with_rare,
         lambda row: {**row, "rare": [], "rare_text": []},
     )
-    rows = [dict(run["raw"][0], rare=[3.5], rare_text=[b"x"]), run["raw"][1]]
+    rows = [dict(run["raw"][0], rare=[17031081500.0], rare_text=[b"x"]), run["raw"][1]]
     out = transform(run, rows)
-    assert out[features.transformed_name("rare")].tolist() == [3.5, 0.0]
+    assert out[features.transformed_name("rare")].tolist() == [0.0, 0.0]
     assert out[features.missing_indicator_name("rare")].tolist() == [0.0, 1.0]
     # Unseen text: the out-of-vocabulary bucket after the one entry (the missing token).
     assert out[features.transformed_name("rare_text")].tolist() == [1, 0]
