@@ -147,6 +147,50 @@ def test_users_csv_infers_and_writes_out_a_schema(tmp_path, penguins_csv):
     assert "blessed:       yes" in result.stdout
 
 
+def test_a_column_with_a_value_in_one_eval_row_of_15002_is_a_feature(tmp_path):
+    """TFX's chicago taxi data, from the installed tfx wheel: `pickup_census_tract` has a value
+    in 1 of 15,002 rows, which the split puts in eval. TFX's SchemaGen deprecates the column
+    (Transform then drops it unsaid); here it is an optional INT feature, listed after the run,
+    in the transform graph's inputs, and the regression on `tips` is blessed."""
+    import shutil
+
+    import tensorflow_transform as tft
+    import tfx
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from pipeline import preflight
+
+    source = os.path.join(
+        os.path.dirname(tfx.__file__), "examples", "chicago_taxi_pipeline", "data", "simple"
+    )
+    data_dir = tmp_path / "taxi"
+    data_dir.mkdir()
+    shutil.copy(os.path.join(source, "data.csv"), data_dir / "data.csv")
+    out = tmp_path / "out"
+    result = run_local(
+        "--data", str(data_dir), "--label", "tips", "--epochs", "3", "--output_root", str(out)
+    )  # fmt: skip
+    assert result.returncode == 0, explain(result)
+    assert (
+        "column(s) with values in some split(s) only, features typed from those values (TFX's "
+        "SchemaGen would deprecate them): pickup_census_tract"
+    ) in result.stdout
+    schema = preflight.load_schema(str(out / "taxi-pipeline" / "inferred_schema" / "schema.pbtxt"))
+    [tract] = [f for f in schema.feature if f.name == "pickup_census_tract"]
+    assert tract.type == schema_pb2.INT
+    assert tract.lifecycle_stage == schema_pb2.UNKNOWN_STAGE and tract.presence.min_count == 0
+    # TFX's shape inference: the label and the columns in every row are fixed-shape.
+    shaped = {f.name for f in schema.feature if f.HasField("shape")}
+    assert "tips" in shaped and "pickup_census_tract" not in shaped
+    [graph] = glob.glob(
+        str(out / "taxi-pipeline" / "pipeline_root" / "Transform" / "transform_graph" / "*")
+    )
+    raw_spec = tft.TFTransformOutput(graph).raw_feature_spec()
+    assert isinstance(raw_spec["pickup_census_tract"], tf.io.VarLenFeature)
+    assert isinstance(raw_spec["tips"], tf.io.FixedLenFeature)
+    assert "blessed:       yes" in result.stdout
+
+
 def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):
     data_dir = tmp_path / "drifted"
     data_dir.mkdir()
