@@ -10,10 +10,12 @@ name, probability. A file that is not a readable JPEG/PNG is reported by name (e
 the others are still classified.
 
 --csv FILE: rows with the columns the model was trained on (a label column, and columns the
-model does not read, are ignored; empty cells are missing values). Prints one line per row:
-its line number and the prediction in the label's units (regression), or the class name and
-its probability (classification). A cell that is not of the column's type is reported with its
-line (exit code 2) and the other rows are still predicted.
+model does not read, are ignored; empty cells and the null tokens training read as missing,
+NA and the like, are missing values). Prints one line per row: its line number and the
+prediction in the label's units (regression), or the class name and its probability
+(classification). A cell that is not of the column's type, or a missing value in a column the
+model requires (a fixed shape in its schema), is reported with its line (exit code 2) and the
+other rows are still predicted.
 """
 
 from __future__ import annotations
@@ -93,13 +95,19 @@ def model_description(model_dir: str) -> dict:
         return json.load(handle)
 
 
-def _example(row: dict, types: dict, null_values) -> bytes:
+def _example(row: dict, types: dict, null_values, required=()) -> bytes:
     import tensorflow as tf
 
     feature = {}
     for name, kind in types.items():
         cell = row.get(name)
         if cell is None or cell.strip() in null_values:
+            if name in required:
+                raise ValueError(
+                    f"column {name!r}: no value, and the model requires one (its schema gives "
+                    "the column a fixed shape: every training row had a value; a schema "
+                    "inferred with --no_infer_feature_shape makes every column optional)"
+                )
             continue
         text = cell.strip()
         try:
@@ -130,7 +138,9 @@ def predict_csv(model_dir: str, path: str, batch_size: int = 256):
 
     description = model_description(model_dir)
     serve = tf.saved_model.load(model_dir).signatures[features.SERVING_SIGNATURE]
-    null_values = set(DatasetConfig.null_values) - {""}
+    # As ExampleGen reads them: an empty (or blank) cell is missing too.
+    null_values = set(DatasetConfig.null_values)
+    required = set(description.get("required", ()))  # not written by older exports
     with open(path, newline="", encoding="utf-8-sig") as handle:
         delimiter = csv_reader.sniff_delimiter(handle.readline())
         handle.seek(0)
@@ -140,7 +150,7 @@ def predict_csv(model_dir: str, path: str, batch_size: int = 256):
     for index, row in enumerate(rows):
         line = index + 2
         try:
-            good.append((line, _example(row, description["features"], null_values)))
+            good.append((line, _example(row, description["features"], null_values, required)))
         except ValueError as error:
             yield line, None, str(error)
     for start in range(0, len(good), batch_size):

@@ -189,6 +189,24 @@ def test_a_column_with_a_value_in_one_eval_row_of_15002_is_a_feature(tmp_path):
     assert isinstance(raw_spec["pickup_census_tract"], tf.io.VarLenFeature)
     assert isinstance(raw_spec["tips"], tf.io.FixedLenFeature)
     assert "blessed:       yes" in result.stdout
+    # The pushed model predicts a row with empty cells in optional columns, and refuses, with
+    # its line, a row without a value in a fixed-shape one.
+    with open(data_dir / "data.csv") as handle:
+        header, row = handle.readline().rstrip("\n"), handle.readline().rstrip("\n")
+    required = sorted(shaped - {"tips"})[0]
+    cells = row.split(",")
+    cells[header.split(",").index(required)] = ""
+    (tmp_path / "new.csv").write_text("\n".join([header, row, ",".join(cells)]) + "\n")
+    predicted = subprocess.run(
+        [sys.executable, "-m", "pipeline.predict", "--model", str(out / "taxi-pipeline" /
+         "serving_model"), "--csv", str(tmp_path / "new.csv")],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600, check=False,
+    )  # fmt: skip
+    assert predicted.returncode == 2, predicted.stderr
+    assert predicted.stdout.startswith(f"{tmp_path / 'new.csv'}:2\ttips=")
+    assert f"new.csv:3: column {required!r}: no value, and the model requires one" in (
+        predicted.stderr
+    )
 
 
 def test_drifted_data_stops_before_transform(tmp_path, penguins_csv):

@@ -115,6 +115,14 @@ def _write_raw_features(export_dir: str, label_key: str, regression: bool, spec:
         "label": label_key,
         "task": features.REGRESSION if regression else features.CLASSIFICATION,
         "features": {name: _DTYPE_NAMES.get(s.dtype, s.dtype.name) for name, s in spec.items()},
+        # Fixed-shape features without a default (the schema's shape: SchemaGen's shape
+        # inference gives one to a column with a value in every row): serving's parse fails on
+        # a row without them, so a client refuses that row instead.
+        "required": sorted(
+            name
+            for name, s in spec.items()
+            if isinstance(s, tf.io.FixedLenFeature) and s.default_value is None
+        ),
     }
     with tf.io.gfile.GFile(os.path.join(extra, RAW_FEATURES_FILE), "w") as handle:
         handle.write(json.dumps(description, indent=2, sort_keys=True))
