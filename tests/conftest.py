@@ -18,6 +18,20 @@ def _needed(item: pytest.Item) -> set[str]:
     return {name for mark in item.iter_markers("system_packages") for name in mark.args}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    test_session.start_phase_log(config)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The session's builds and shared fixtures (tests/session.py), after pytest's slowest
+    test phases."""
+    lines = test_session.phase_lines()
+    if lines:
+        terminalreporter.section("builds and shared fixtures (wall time)")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every process that collects checks the xdist units against what the tests use."""
     workers.check(items)
@@ -59,10 +73,11 @@ def penguin_runs(tmp_path_factory):
 
     penguins = pages.command("README.md", ".venv/bin/python pipeline/run_local.py")
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("penguins"))
-    first = sandbox.run(penguins)
-    assert first.returncode == 0, pages.explain(first)
-    second = sandbox.run(penguins)
-    assert second.returncode == 0, pages.explain(second)
+    with test_session.phase("penguin_runs: the README's run, twice"):
+        first = sandbox.run(penguins)
+        assert first.returncode == 0, pages.explain(first)
+        second = sandbox.run(penguins)
+        assert second.returncode == 0, pages.explain(second)
     base = sandbox.output_root / "penguins-pipeline"
     return {
         "first": first,
@@ -80,7 +95,8 @@ def digits_run(tmp_path_factory):
     from tests.docs import pages
 
     sandbox = pages.Sandbox(tmp_path_factory.mktemp("digits"))
-    result = sandbox.run(pages.command("docs/images.md", "--dataset digits"))
+    with test_session.phase("digits_run: images.md's digits run"):
+        result = sandbox.run(pages.command("docs/images.md", "--dataset digits"))
     assert result.returncode == 0, pages.explain(result)
     output_root = sandbox.output_root
     base = output_root / "digits-pipeline"

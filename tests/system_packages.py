@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 
 from kubeflow.local_cluster import host
+from tests import session
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,11 @@ def ensure(names: Iterable[str], say: Callable[[str], None]) -> list[str]:
 def _install(prefix: list[str], absent: list[str], say: Callable[[str], None]) -> None:
     packages = sorted(PACKAGES[n].package for n in absent)
     say(f"tests: installing Debian packages the selected tests drive: {' '.join(packages)}")
+    with session.phase(f"Debian packages: {' '.join(packages)}"):
+        _apt(prefix, packages, say)
+
+
+def _apt(prefix: list[str], packages: list[str], say: Callable[[str], None]) -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     steps = [
         [*prefix, "apt-get", "update", "-qq"],

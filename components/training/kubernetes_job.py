@@ -66,6 +66,13 @@ FATAL_WAITING_REASONS = (
 FATAL_TERMINATED_REASONS = ("StartError", "ContainerCannotRun")
 # How long past the job's deadline the launcher keeps waiting for the operator to stop it.
 DEADLINE_GRACE_SECONDS = 300
+# Past the deadline by this much, the launcher touches the job (an annotation) so that the
+# operator reconciles it and applies the deadline: the Training Operator v1.9 schedules that
+# check on a work queue its reconciler never reads (pkg/controller.v1/tensorflow/
+# tfjob_controller.go:84 sets a FakeWorkQueue, :401 calls AddAfter on it), so a TFJob whose pods
+# do not change is never stopped at its deadline (seen on the local cluster).
+DEADLINE_CHECK_MARGIN_SECONDS = 10
+DEADLINE_CHECK_ANNOTATION = "tfx-scaleout.io/deadline-check"
 
 
 def job_name(task) -> str:
@@ -431,7 +438,9 @@ class KubernetesJobLauncher:
 
     def _wait(self, namespace: str, name: str) -> None:
         started = self.clock()
-        give_up_after = self.settings.active_deadline_seconds + DEADLINE_GRACE_SECONDS
+        deadline = self.settings.active_deadline_seconds
+        give_up_after = deadline + DEADLINE_GRACE_SECONDS
+        checked = False
         last_report = None
         restarts = _Restarts()
         while True:
@@ -454,13 +463,43 @@ class KubernetesJobLauncher:
             fatal = next((pod for pod in pods if fatal_waiting(pod)), None)
             if status.state == "Failed" or fatal is not None:
                 raise cluster.ClusterError(self._failure(namespace, name, status, pods, restarts))
-            if self.clock() - started > give_up_after:
+            waited = self.clock() - started
+            if not checked and waited > deadline + DEADLINE_CHECK_MARGIN_SECONDS:
+                checked = self._ask_for_deadline_check(namespace, name)
+            if waited > give_up_after:
+                # Whatever the delete policy: its pods would otherwise run on past the deadline.
+                self._delete(namespace, name)
                 raise cluster.ClusterError(
                     f"{self.KIND} {namespace}/{name} did not finish within its deadline of "
                     f"{self.settings.active_deadline_seconds}s (--job_deadline_seconds) and the "
-                    f"operator did not stop it; last state: {report}"
+                    f"operator did not stop it, so the launcher deleted it; last state: {report}"
                 )
             self.sleep(self.settings.poll_seconds)
+
+    def _ask_for_deadline_check(self, namespace: str, name: str) -> bool:
+        """Touches the job so that its operator reconciles it now and applies the deadline."""
+        from kubernetes.client.exceptions import ApiException
+
+        progress_log.info(
+            "%s %s: past its deadline of %ds (--job_deadline_seconds); asking the operator to "
+            "apply it",
+            self.KIND,
+            name,
+            self.settings.active_deadline_seconds,
+        )
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:
+            self.custom_api.patch_namespaced_custom_object(
+                self.GROUP,
+                self.VERSION,
+                namespace,
+                self.PLURAL,
+                name,
+                {"metadata": {"annotations": {DEADLINE_CHECK_ANNOTATION: stamp}}},
+            )
+        except ApiException as error:
+            log.warning("could not annotate %s %s for its deadline: %s", self.KIND, name, error)
+        return True
 
     def _report_restarts(self, namespace: str, name: str, pods: list, restarts: _Restarts) -> None:
         """A pod the operator recreated (or a container it restarted) is reported, and once it

@@ -57,10 +57,12 @@ def image() -> str:
         BASE_IMAGE=BASE,
         BEAM_BOOT_IMAGE="no-beam-boot",
     )
-    base_seconds = _script("local_base.sh", env=env)
-    build_seconds = _script(
-        "build_images.sh", "--no-push", "--cpu-only", "--tag", "ci-test", env=env
-    )
+    with session.phase("image: kubeflow/local_base.sh (the base, when missing)"):
+        base_seconds = _script("local_base.sh", env=env)
+    with session.phase("image: kubeflow/build_images.sh --cpu-only"):
+        build_seconds = _script(
+            "build_images.sh", "--no-push", "--cpu-only", "--tag", "ci-test", env=env
+        )
     print(f"\nlocal base: {base_seconds:.0f} s; image build: {build_seconds:.0f} s")
     # Each rebuild under the same tag leaves the image it replaced dangling, with its layers:
     # on a machine that runs the suite again and again they would fill the disk.
@@ -105,6 +107,17 @@ class LocalCluster:
 
         return addons.Kube(self.layout, os.path.join(builds.kubernetes_cache_dir(), "kubectl"))
 
+    def api(self):
+        """The API server as the cluster admin (tests/components/training/real_kube.ApiServer),
+        from the admin kubeconfig `up` wrote."""
+        from tests.components.training.real_kube import ApiServer
+
+        with open(self.kubeconfig) as handle:
+            config = yaml.safe_load(handle)
+        server = config["clusters"][0]["cluster"]
+        token = config["users"][0]["user"]["token"]
+        return ApiServer(server["server"], server["certificate-authority"], token)
+
 
 @pytest.fixture(scope="session")
 def local_cluster(image, tmp_path_factory, request):
@@ -118,7 +131,9 @@ def local_cluster(image, tmp_path_factory, request):
     lines: list[str] = []
     started = time.monotonic()
     try:
-        info = cluster.up(cluster.UpOptions(root, image), say=lines.append)
+        with session.phase("local_cluster: up (Go builds and image loads when not cached)") as p:
+            info = cluster.up(cluster.UpOptions(root, image), say=lines.append)
+            p["detail"] = ", ".join(f"{k} {v:.0f}s" for k, v in info["steps"].items() if v >= 1)
     except cluster.ClusterError as error:
         pytest.fail("\n".join([*lines[-40:], f"local cluster up failed: {error}"]))
     say(

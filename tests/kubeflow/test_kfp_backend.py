@@ -37,7 +37,9 @@ pytestmark = pytest.mark.slow
 def kfp_check(request) -> str:
     say = session.say(request.config)
     try:
-        built = kfp_backend.build(say=say)
+        with session.phase("kfp_check: KFP's Go code build") as p:
+            built = kfp_backend.build(say=say)
+            p["detail"] = "built" if built.seconds else "cached"
     except kfp_backend.Unavailable as error:
         session.unavailable(str(error))
     if built.seconds:

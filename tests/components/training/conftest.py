@@ -29,7 +29,9 @@ def kube(request, tmp_path_factory):
     when a test or the start failed."""
     say = session.say(request.config)
     try:
-        built = real_kube.build(say=say)
+        with session.phase("kube: kube-apiserver and kube-controller-manager build") as p:
+            built = real_kube.build(say=say)
+            p["detail"] = "built" if built.seconds else "cached"
         plane = real_kube.ControlPlane(
             str(tmp_path_factory.mktemp("kube")),
             built.paths["kube-apiserver"],

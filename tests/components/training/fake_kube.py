@@ -1,11 +1,11 @@
-"""A fake Kubernetes API server on a loopback port, for the Kubernetes launchers' tests.
+"""A fake Kubernetes API server on a loopback port, for what the local cluster cannot show: a
+cluster without an operator's CRDs, and a Trainer pod that cannot be read.
 
-It serves what the launchers call, over HTTP, to the real kubernetes client: custom objects
-(create, get, patch, delete; namespaced and cluster-scoped), pods (list by label, get), pod
-logs and events. A scenario is a list of frames, (the job's status, its pods): each GET of the
-job advances one frame and the last one stays, so every wait loop ends. Every request is
-recorded (method, path, verb, resource) so tests can check what was called and that the RBAC
-manifests grant it.
+It serves, over HTTP, to the real kubernetes client: custom objects (create, get, patch, delete;
+namespaced and cluster-scoped) of the kinds in `plurals`, and the Trainer's pod by name. It
+writes no job or pod status: jobs that run are tested on the local cluster, where the operators
+and the kubelet write it (tests/kubeflow/test_local_cluster*.py). Every request is recorded
+(method, path, verb, resource).
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ _CUSTOM = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<namespace>[^/]+))?"
     r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?$"
 )
-_CORE = re.compile(
-    r"^/api/v1/namespaces/(?P<namespace>[^/]+)/(?P<resource>pods|events)"
-    r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$"
-)
+_CORE = re.compile(r"^/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)$")
 
 
 @dataclasses.dataclass
@@ -46,22 +43,10 @@ class FakeKube:
     ):
         self.plurals = set(plurals)
         self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name) -> object
-        self.frames: list[tuple[dict, list[dict]]] = [({}, [])]
         self.owner_pods: dict[tuple[str, str], dict] = {}
-        self.logs: dict[str, str] = {}
-        self.events: dict[str, list[dict]] = {}
         self.requests: list[Request] = []
-        self.created = threading.Event()
-        self.deleted = threading.Event()
         self._lock = threading.Lock()
-        self._frame = self._served = 0
         self._server: ThreadingHTTPServer | None = None
-
-    # --- scenario -----------------------------------------------------------------------------
-
-    def script(self, *frames: tuple[dict, list[dict]]) -> None:
-        self.frames = list(frames)
-        self._frame = self._served = 0
 
     @property
     def url(self) -> str:
@@ -147,15 +132,11 @@ class FakeKube:
                 return 409, _status(409, f"{plural} {key[2]} already exists", "AlreadyExists")
             obj["metadata"].setdefault("uid", f"uid-{key[2]}")
             self.objects[key] = obj
-            self.created.set()
             return 201, obj
         if key not in self.objects:
             return 404, _status(404, f"{plural} {name} not found", "NotFound")
         obj = self.objects[key]
         if request.method == "GET":
-            if plural in ("tfjobs", "trainjobs"):
-                status, _ = self._current_frame(advance=True)
-                obj["status"] = copy.deepcopy(status)
             return 200, obj
         if request.method == "PATCH":
             for field, value in (request.body.get("metadata") or {}).items():
@@ -163,41 +144,15 @@ class FakeKube:
             return 200, obj
         if request.method == "DELETE":
             del self.objects[key]
-            self.deleted.set()
             return 200, _status(200, "deleted", "Success")
         return 405, _status(405, "method not allowed")
 
-    def _core(self, request, namespace, resource, name, log):
-        request.group, request.resource = "", resource + (log or "")
-        request.verb = "get" if name else "list"
-        if resource == "events":
-            selector = request.query.get("fieldSelector", "")
-            pod_name = selector.partition("involvedObject.name=")[2].split(",")[0]
-            return 200, {
-                "kind": "EventList",
-                "apiVersion": "v1",
-                "metadata": {},
-                "items": self.events.get(pod_name, []),
-            }
-        if log:
-            return 200, self.logs.get(name, "")
-        if name:
-            pod = self.owner_pods.get((namespace, name))
-            if pod is None:
-                return 404, _status(404, f'pods "{name}" not found', "NotFound")
-            return 200, pod
-        _, pods = self._current_frame(advance=False)
-        selector = request.query.get("labelSelector", "")
-        key, _, value = selector.partition("=")
-        items = [p for p in pods if p["metadata"].get("labels", {}).get(key) == value]
-        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
-
-    def _current_frame(self, advance: bool):
-        """The job's GET serves the next frame; pod lists serve the frame of the last GET."""
-        if advance:
-            self._served = min(self._frame, len(self.frames) - 1)
-            self._frame = self._served + 1
-        return self.frames[self._served]
+    def _core(self, request, namespace, name):
+        request.group, request.resource, request.verb = "", "pods", "get"
+        pod = self.owner_pods.get((namespace, name))
+        if pod is None:
+            return 404, _status(404, f'pods "{name}" not found', "NotFound")
+        return 200, pod
 
 
 def _status(code: int, message: str, reason: str = "") -> dict:
@@ -208,57 +163,6 @@ def _status(code: int, message: str, reason: str = "") -> dict:
         "message": message,
         "reason": reason,
         "code": code,
-    }
-
-
-def pod(
-    name: str,
-    phase: str,
-    labels: dict,
-    container: str = "tensorflow",
-    waiting: tuple[str, str] | None = None,
-    terminated: tuple[int, str] | None = None,
-    unschedulable: str = "",
-) -> dict:
-    """A pod as the API server returns it (JSON, camelCase)."""
-    state: dict = {}
-    if waiting:
-        state["waiting"] = {"reason": waiting[0], "message": waiting[1]}
-    elif terminated:
-        state["terminated"] = {"exitCode": terminated[0], "reason": terminated[1]}
-    elif phase == "Running":
-        state["running"] = {}
-    status: dict = {"phase": phase}
-    if state:
-        status["containerStatuses"] = [
-            {
-                "name": container,
-                "image": "image",
-                "imageID": "",
-                "ready": phase == "Running",
-                "restartCount": 0,
-                "state": state,
-            }
-        ]
-    if unschedulable:
-        status["conditions"] = [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": unschedulable,
-            }
-        ]
-    return {"metadata": {"name": name, "labels": dict(labels)}, "status": status}
-
-
-def warning(pod_name: str, reason: str, message: str) -> dict:
-    return {
-        "metadata": {"name": f"{pod_name}.1"},
-        "involvedObject": {"kind": "Pod", "name": pod_name},
-        "type": "Warning",
-        "reason": reason,
-        "message": message,
     }
 
 

@@ -229,7 +229,6 @@ class ApiServer:
         return self.request("DELETE", f"{self.resource_path(api_version, kind, namespace)}/{name}")
 
 
-
 class ControlPlane(ApiServer):
     """etcd, kube-apiserver and (given its binary) kube-controller-manager, their files in
     `folder`, on a loopback port."""
@@ -396,6 +395,7 @@ class ControlPlane(ApiServer):
             with contextlib.suppress(OSError):
                 log.close()
         self._logs.clear()
+
 
 def install_crds(plane: ControlPlane, timeout: float = 60.0) -> list[str]:
     """Creates every vendored CRD and waits until each is Established; returns their names."""

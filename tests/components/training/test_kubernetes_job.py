@@ -4,6 +4,7 @@ SIGTERM handler's scope."""
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 
@@ -85,3 +86,44 @@ def test_outside_the_main_thread_sigterm_is_left_alone():
     thread.start()
     thread.join(timeout=10)
     assert seen == [signal.getsignal(signal.SIGTERM)]
+
+
+@pytest.mark.parametrize("kind", ["TFJob", "TrainJob"])
+def test_a_cluster_without_the_operator_is_told_what_to_install(fake_kube, kind, tmp_path):
+    """A cluster without the job's CRD (the local cluster has them all: the fake API here)."""
+    from components.training import tfjob, trainjob
+    from components.training.loop import TrainTask
+    from components.training.settings import TrainingConfig, TrainJobConfig
+
+    launcher_class, plural, settings = {
+        "TFJob": (tfjob.TFJobLauncher, "tfjobs", TFJobConfig(image="i")),
+        "TrainJob": (trainjob.TrainJobLauncher, "trainjobs", TrainJobConfig(image="i")),
+    }[kind]
+    fake_kube.plurals.discard(plural)
+    spec = cluster.ClusterSpec("multi_worker_mirrored", workers=2)
+    if kind == "TrainJob":  # the platform team applied the runtime, not Trainer's CRDs
+        runtime = trainjob.runtime_manifest(spec, settings, "team")
+        fake_kube.objects["trainingruntimes", "team", runtime["metadata"]["name"]] = runtime
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("team\n")
+    fake_kube.owner_pods["team", "trainer"] = owner_pod("team", "trainer", "uid-1", "editor")
+    custom, core = fake_kube.clients()
+    launcher = launcher_class(
+        settings,
+        custom_api=custom,
+        core_api=core,
+        sleep=lambda seconds: None,
+        namespace_file=str(namespace_file),
+        environ={"KFP_POD_NAME": "trainer"},
+    )
+    task = TrainTask(
+        train_files=["gs://bucket/t-0"],
+        eval_files=["gs://bucket/e-0"],
+        transform_output="gs://bucket/tg",
+        serving_model_dir=str(tmp_path / "serving"),
+        model_run_dir=str(tmp_path / "run"),
+        label_key="species",
+        settings=TrainingConfig(strategy="multi_worker_mirrored", workers=2, launcher=settings),
+    )
+    with pytest.raises(cluster.ClusterError, match=re.escape(f"install {launcher.OPERATOR}")):
+        launcher.run(spec, task)

@@ -1,8 +1,8 @@
 """TFJob manifests for sync and async strategies, validated against the Training Operator v1.9
 TFJob CRD and through the kubernetes client's pod models: the hardening (no Istio sidecar,
 ExitCode restarts, deadline, gang scheduling, owner, no GPU on the coordinator or parameter
-servers) and the settings' validation. The launcher's API conversation is in
-test_kubernetes_launchers.py."""
+servers) and the settings' validation. The launcher's jobs on a real cluster:
+tests/kubeflow/test_local_cluster_launchers.py."""
 
 from __future__ import annotations
 

@@ -88,7 +88,8 @@ def test_run_fn_keeps_the_local_launcher_by_default(tmp_path):
     ],
 )
 def test_rbac_manifests_are_valid_and_grant_the_launchers_calls(rbac_file, group, plural, extra):
-    """Each launcher's calls (test_kubernetes_launchers checks them against a fake API too)."""
+    """Each launcher's calls (tests/kubeflow/test_local_cluster_launchers.py makes them as the
+    account these files bind, on the local cluster)."""
     with open(os.path.join(ROOT, "kubeflow", rbac_file)) as handle:
         role, binding = list(yaml.safe_load_all(handle))
     api = k8s.ApiClient()

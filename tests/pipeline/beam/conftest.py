@@ -13,6 +13,7 @@ import time
 import pytest
 
 from pipeline.beam import engines
+from tests import session
 
 
 @dataclasses.dataclass
@@ -29,7 +30,8 @@ class FlinkSession:
 def flink(tmp_path_factory):
     started = time.monotonic()
     try:
-        home, jar = engines.fetch()
+        with session.phase("flink: Flink and its job server fetched (when not cached)"):
+            home, jar = engines.fetch()
     except engines.EngineError as error:
         pytest.fail(f"could not obtain Flink: {error}", pytrace=False)
     fetched = time.monotonic()
@@ -40,9 +42,10 @@ def flink(tmp_path_factory):
     )
     pool = engines.WorkerPool(str(work / "worker-pool"))
     try:
-        cluster.start()
-        job_server.start()
-        pool.start()
+        with session.phase("flink: cluster, job server and worker pool started"):
+            cluster.start()
+            job_server.start()
+            pool.start()
         yield FlinkSession(
             cluster, job_server, pool, jar, fetched - started, time.monotonic() - fetched
         )

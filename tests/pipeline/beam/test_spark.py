@@ -19,6 +19,7 @@ from unittest import mock
 import pytest
 
 from pipeline.beam import engines
+from tests import session
 from tests.docs import pages
 from tests.pipeline.beam import against_direct, processes
 
@@ -58,11 +59,12 @@ def spark_cluster(tmp_path_factory):
         process = sandbox.start(pages.command(PAGE, CLUSTER_COMMAND), log, replace=replace)
     children: list[int] = []
     try:
-        deadline = time.monotonic() + 600  # a first fetch included
-        while "run: " not in log_path.read_text():
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.5)
+        with session.phase("spark: the page's cluster up (Spark fetched when not cached)"):
+            deadline = time.monotonic() + 600  # a first fetch included
+            while "run: " not in log_path.read_text():
+                assert process.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.5)
         children = processes.descendants(process.pid)
         yield {
             "process": process,
