@@ -42,13 +42,13 @@ _ONE_ELEMENT = (
 
 
 def _beam_config(master: str, pool: str, jar: str, wheel: str | None):
-    from pipeline.beam import engines
+    from pipeline.beam import engine_fetch
     from pipeline.config import BeamConfig
 
     config = BeamConfig(
         runner="flink",
         flink_master=master,
-        flink_version=engines.FLINK_MINOR,
+        flink_version=engine_fetch.FLINK_MINOR,
         job_server_jar=jar,
         environment_type="EXTERNAL",
         environment_config=pool,
@@ -134,20 +134,22 @@ def fixed_cost(work_dir, cluster, pool, jar) -> dict:
 
 
 def run(quick: bool, work_dir: str | None = None, rows: int | None = None) -> list[common.Row]:
-    from pipeline.beam import engines
+    from pipeline.beam import engine_fetch, engines
 
     rows = rows or (QUICK_ROWS if quick else FULL_ROWS)
     work_dir = work_dir or tempfile.mkdtemp(prefix="flink-bench-")
     data_dir = scale.synth_data(work_dir, rows)
-    home, jar = engines.fetch()
+    home, jar = engine_fetch.fetch()
     cluster = engines.FlinkCluster(
-        home, os.path.join(work_dir, "cluster"), engines.job_server_classpath(jar)
+        home, os.path.join(work_dir, "cluster"), engine_fetch.job_server_classpath(jar)
     )
     pool = engines.WorkerPool(os.path.join(work_dir, "worker-pool"))
     try:
         cluster.start()
         pool.start()
-        print(f"  flink_runner: {rows:,} rows on Flink {engines.FLINK_VERSION} ...", flush=True)
+        print(
+            f"  flink_runner: {rows:,} rows on Flink {engine_fetch.FLINK_VERSION} ...", flush=True
+        )
         one = fixed_cost(work_dir, cluster, pool, jar)
         print(f"  flink_runner: one-element job: {one}", flush=True)
         flink = measure_flink(data_dir, work_dir, cluster, pool, jar)

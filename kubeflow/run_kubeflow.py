@@ -41,9 +41,14 @@ from components.training.settings import (  # noqa: E402
 )
 from kubeflow import config as kf_config  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import flags, launcher_flags, preflight, user_code  # noqa: E402
+from pipeline import (  # noqa: E402
+    entrypoint,  # noqa: E402
+    flags,
+    launcher_flags,
+    preflight,
+    user_code,
+)
 from pipeline.beam import runners as beam_runners  # noqa: E402
-from pipeline.local import console  # noqa: E402
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -397,7 +402,7 @@ def _configure_logging() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     # TensorFlow's CUDA wheels log plugin-registration "errors" on import on CPU-only machines.
-    with console.filtered_stderr():
+    with entrypoint.filtered_stderr():
         return _main(argv)
 
 

@@ -171,9 +171,9 @@ def predict_csv(model_dir: str, path: str, batch_size: int = 256):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.local import console
+    from pipeline import entrypoint
 
-    with console.filtered_stderr():
+    with entrypoint.filtered_stderr():
         return _main(argv)
 
 
@@ -209,6 +209,6 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    from pipeline.local import console
+    from pipeline import entrypoint
 
-    console.exit_without_teardown(main())
+    entrypoint.exit_without_teardown(main())

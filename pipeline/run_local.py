@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import datasets, flags, launcher_flags, preflight, user_code  # noqa: E402
+from pipeline import datasets, entrypoint, flags, launcher_flags, preflight, user_code  # noqa: E402
 from pipeline.beam import clusters as beam_clusters  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
 from pipeline.local import console, report  # noqa: E402
@@ -172,7 +172,7 @@ def build_config(
 def main(argv: list[str] | None = None) -> int:
     # TensorFlow's CUDA wheels log three plugin-registration "errors" per process on CPU-only
     # machines: dropped from the console (child processes included), nothing else is.
-    with console.filtered_stderr():
+    with entrypoint.filtered_stderr():
         return _main(argv)
 
 
@@ -249,4 +249,4 @@ def _run(config: config_lib.PipelineConfig, guard: RunGuard, log_path: str, out:
 
 
 if __name__ == "__main__":
-    console.exit_without_teardown(main())
+    entrypoint.exit_without_teardown(main())

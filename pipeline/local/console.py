@@ -1,70 +1,13 @@
-"""What the local runner's console shows: the process's stderr (file descriptor 2, which child
-processes inherit) without the lines TensorFlow's CUDA build prints on every import on a
-machine without GPUs (every other line, native or Python, passes through unchanged), the log
-records sent to a log file instead of the console, and an exit that skips the interpreter
-teardown's harmless TensorFlow tracebacks."""
+"""What the local runner's console shows: the log records sent to a log file instead of the
+console (progress lines and errors stay on it). The stderr filter and the exit without teardown
+that every entry point uses are in pipeline/entrypoint.py."""
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import datetime
 import logging
 import os
-import re
-import sys
-import threading
 import warnings
-from collections.abc import Iterator
-from typing import NoReturn
-
-# TensorFlow's CUDA wheels register their cuFFT/cuDNN/cuBLAS plugins twice (XLA and TF) and log
-# each as an error; they say nothing about the run, and TF_CPP_MIN_LOG_LEVEL=3 would also hide
-# real C++ errors.
-NOISE = re.compile(rb"Unable to register cu(FFT|DNN|BLAS) factory: Attempting to register")
-
-
-def _pump(read_fd: int, write_fd: int, noise: re.Pattern) -> None:
-    pending = b""
-    while True:
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        kept = b"".join(line + b"\n" for line in lines if not noise.search(line))
-        if kept:
-            os.write(write_fd, kept)
-    if pending and not noise.search(pending):
-        os.write(write_fd, pending)
-    os.close(read_fd)
-
-
-@contextlib.contextmanager
-def filtered_stderr(noise: re.Pattern = NOISE) -> Iterator[None]:
-    """Inside: fd 2 is a pipe read by a thread that drops lines matching `noise`."""
-    sys.stderr.flush()
-    try:
-        original = os.dup(2)
-    except OSError:  # no stderr at all (closed): nothing to filter
-        yield
-        return
-    read_fd, write_fd = os.pipe()
-    os.dup2(write_fd, 2)
-    os.close(write_fd)
-    thread = threading.Thread(
-        target=_pump, args=(read_fd, original, noise), name="stderr-filter", daemon=True
-    )
-    thread.start()
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        # Restoring fd 2 closes this process's write end; the thread drains what is left
-        # (a child process that outlives the run keeps the pipe open: do not wait for it).
-        os.dup2(original, 2)
-        thread.join(timeout=5)
-        os.close(original)
 
 
 def configure_logging(log_dir: str) -> str:
@@ -90,18 +33,3 @@ def configure_logging(log_dir: str) -> str:
     # absl would otherwise also write its records to stderr.
     absl_logging.get_absl_handler().setLevel(logging.CRITICAL + 1)
     return log_path
-
-
-def exit_without_teardown(code: int) -> NoReturn:
-    """Ends the process after the atexit handlers ran and the streams are flushed, skipping
-    the interpreter's teardown. TensorFlow functions that live until then (held by caches of
-    Beam, TFMA and tf.Transform) are otherwise deleted after TensorFlow's modules have been
-    cleared, and each prints an `Exception ignored in: AtomicFunction.__del__` traceback that
-    says nothing about the run. Errors of the run itself were reported before this point."""
-    try:
-        atexit._run_exitfuncs()  # what the interpreter runs first when it exits normally
-    finally:
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from components import user_code as runtime
-from pipeline import run_local, user_code
+from pipeline import run_local, user_code, user_functions
 
 PREPROCESSING = textwrap.dedent(
     """
@@ -233,7 +233,7 @@ def test_a_passed_check_is_remembered(tmp_path, monkeypatch):
     def no_import(*_, **__):
         raise AssertionError("a remembered check imports nothing")
 
-    monkeypatch.setattr(user_code, "_check_functions", no_import)
+    monkeypatch.setattr(user_functions, "check_functions", no_import)
     assert user_code.check(choice, **args) == first
     # A behaviour edit is a new check.
     (tmp_path / "quick.py").write_text("def build_model(model_inputs):\n    return 1\n")

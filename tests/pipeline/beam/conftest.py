@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pipeline.beam import engines
+from pipeline.beam import engine_fetch, engines
 from tests import session
 
 
@@ -31,12 +31,14 @@ def flink(tmp_path_factory):
     started = time.monotonic()
     try:
         with session.phase("flink: Flink and its job server fetched (when not cached)"):
-            home, jar = engines.fetch()
-    except engines.EngineError as error:
+            home, jar = engine_fetch.fetch()
+    except engine_fetch.EngineError as error:
         pytest.fail(f"could not obtain Flink: {error}", pytrace=False)
     fetched = time.monotonic()
     work = tmp_path_factory.mktemp("flink")
-    cluster = engines.FlinkCluster(home, str(work / "cluster"), engines.job_server_classpath(jar))
+    cluster = engines.FlinkCluster(
+        home, str(work / "cluster"), engine_fetch.job_server_classpath(jar)
+    )
     job_server = engines.JobServer(
         jar, str(work / "job-server"), ("--flink-master", cluster.master)
     )

@@ -4,7 +4,7 @@ run on it shows; shared by test_flink.py and test_flink_digits.py."""
 
 from __future__ import annotations
 
-from pipeline.beam import engines
+from pipeline.beam import engine_fetch
 
 PAGE_MASTER = "127.0.0.1:8081"
 PAGE_JOB_SERVER = "localhost:8099"
@@ -17,7 +17,7 @@ def replacements(flink) -> dict[str, str]:
         PAGE_MASTER: flink.cluster.master,
         PAGE_JOB_SERVER: flink.job_server.endpoint,
         PAGE_POOL: flink.pool.endpoint,
-        PAGE_CACHE: engines.cache_root(),
+        PAGE_CACHE: engine_fetch.cache_root(),
     }
 
 

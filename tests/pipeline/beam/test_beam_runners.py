@@ -531,9 +531,11 @@ def test_the_job_servers_flink_version_comes_from_the_flag_the_jar_or_beam():
 
 
 def test_the_launcher_manifest_keeps_lines_of_72_bytes():
-    from pipeline.beam import engines
+    from pipeline.beam import engine_fetch
 
-    manifest = engines._manifest("a.Main", [f"lib/dependency-number-{i}.jar" for i in range(40)])
+    manifest = engine_fetch._manifest(
+        "a.Main", [f"lib/dependency-number-{i}.jar" for i in range(40)]
+    )
     lines = manifest.split(b"\r\n")
     assert all(len(line) <= 72 for line in lines)
     unfolded = manifest.replace(b"\r\n ", b"").decode()

@@ -22,7 +22,7 @@ from unittest import mock
 
 import pytest
 
-from pipeline.beam import engines
+from pipeline.beam import engine_fetch, engines
 from tests.docs import pages
 from tests.pipeline.beam import against_direct, processes
 from tests.pipeline.beam.flink_page import PAGE_CACHE, replacements
@@ -229,7 +229,7 @@ def _flags(flink, **changes: str) -> list[str]:
     words = pages.command(PAGE, "--beam_runner flink --flink_master 127.0.0.1:8081").words()
     replace = replacements(flink)
     flags = [
-        replace.get(word, word.replace(PAGE_CACHE, engines.cache_root()))
+        replace.get(word, word.replace(PAGE_CACHE, engine_fetch.cache_root()))
         for word in words[words.index("pipeline/run_local.py") + 1 :]
     ]
     for name, value in changes.items():
@@ -284,7 +284,7 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
     log_path = tmp_path / "cluster.log"
     command = pages.command(PAGE, "python -m pipeline.beam.engines flink &")
     with (
-        mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engines.cache_root()}),
+        mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engine_fetch.cache_root()}),
         open(log_path, "w") as log,
     ):
         replace = {
@@ -299,7 +299,7 @@ def test_the_pages_cluster_command_starts_a_cluster_and_stops_it(tmp_path):
             time.sleep(0.5)
         overview = engines.rest_get(f"127.0.0.1:{rest}", "/overview")
         assert (overview["taskmanagers"], overview["slots-available"]) == (1, 2), overview
-        assert overview["flink-version"] == engines.FLINK_VERSION
+        assert overview["flink-version"] == engine_fetch.FLINK_VERSION
         assert f"--beam_job_endpoint localhost:{job}" in log_path.read_text()
         children = processes.descendants(process.pid)
         assert len(children) >= 4, children  # JobManager, TaskManager, job server, worker pool

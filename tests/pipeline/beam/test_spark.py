@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from pipeline.beam import engines
+from pipeline.beam import engine_fetch, engines
 from tests import session
 from tests.docs import pages
 from tests.pipeline.beam import against_direct, processes
@@ -53,7 +53,7 @@ def spark_cluster(tmp_path_factory):
     }
     started = time.monotonic()
     with (
-        mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engines.cache_root()}),
+        mock.patch.dict(os.environ, {"TFX_SCALEOUT_ENGINES": engine_fetch.cache_root()}),
         open(log_path, "w") as log,
     ):
         process = sandbox.start(pages.command(PAGE, CLUSTER_COMMAND), log, replace=replace)
@@ -133,7 +133,7 @@ def test_the_pages_cluster_command_offers_a_worker_and_a_job_server(spark_cluste
     assert (overview["status"], overview["aliveworkers"], overview["cores"]) == ("ALIVE", 1, 2)
     assert overview["url"] == f"spark://127.0.0.1:{spark_cluster['ports']['master']}"
     log = spark_cluster["log"].read_text()
-    assert f"Spark {engines.SPARK_VERSION} at spark://127.0.0.1:" in log
+    assert f"Spark {engine_fetch.SPARK_VERSION} at spark://127.0.0.1:" in log
     assert f"--beam_job_endpoint localhost:{spark_cluster['ports']['job']}" in log
     # master, worker, job server and worker pool
     assert len(spark_cluster["children"]) >= 4, spark_cluster["children"]

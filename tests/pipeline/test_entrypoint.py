@@ -1,4 +1,4 @@
-"""The local runner's console: CUDA plugin-registration noise dropped from fd 2 (children
+"""What every entry point shares: CUDA plugin-registration noise dropped from fd 2 (children
 included), everything else kept; the exit that runs atexit handlers but skips teardown."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from pipeline.local import console
+from pipeline import entrypoint
 
 NOISE = (
     "2026-12-01 08:00:00.0: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:479] "
@@ -17,7 +17,7 @@ NOISE = (
 
 
 def test_noise_is_dropped_and_real_errors_pass(capfd):
-    with console.filtered_stderr():
+    with entrypoint.filtered_stderr():
         os.write(2, NOISE.encode())
         os.write(2, b"E tensorflow/core/real.cc:1] a real error\n")
         sys.stderr.write("python stderr\n")
@@ -35,10 +35,10 @@ def test_noise_is_dropped_and_real_errors_pass(capfd):
 def test_exit_runs_atexit_handlers_and_keeps_the_code():
     script = (
         "import atexit, sys\n"
-        "from pipeline.local import console\n"
+        "from pipeline import entrypoint\n"
         "atexit.register(lambda: print('cleaned up', flush=True))\n"
         "print('summary')\n"
-        "console.exit_without_teardown(3)\n"
+        "entrypoint.exit_without_teardown(3)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
