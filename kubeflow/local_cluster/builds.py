@@ -10,6 +10,12 @@
   the version and the Go release: CoreDNS, the Training Operator v1, JobSet and Kubeflow Trainer.
 - The sandbox (pause) program: Kubernetes' own build/pause/linux/pause.c from the same
   k8s.io/kubernetes module, linked statically with gcc.
+- Kubeflow Pipelines (`build_kfp`, for `up --kfp`): KFP's API server, persistence agent, driver
+  and launcher, one `go build` in the module go/kfp (kubeflow/pipelines at tag 2.14.3's commit,
+  its `api` and `kubernetes_platform` modules generated from vendored protos: kfp_protos.py);
+  key: a hash of go.mod, go.sum, the protos and the Go release. Argo's workflow-controller and
+  argoexec v3.6.7 and the S3 server (versitygw v1.8.0, Apache-2.0), each `go install` as the
+  controllers are, with their releases stamped in as their own Makefiles do. All static (CGO off).
 
 Builds that do not depend on each other run at the same time (`build_all`); each writes its log
 beside its output, and a failure names that log and its last lines.
@@ -30,8 +36,11 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 
+from kubeflow.local_cluster import kfp_protos
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KUBERNETES_MODULE = os.path.join(HERE, "go", "kubernetes")
+KFP_MODULE = os.path.join(HERE, "go", "kfp")
 VERSION_PACKAGE = "k8s.io/component-base/version"
 KUBERNETES_TOOLS = (
     "kube-apiserver",
@@ -63,6 +72,9 @@ class GoInstall:
     # A module of this project that requires `module` at `version` and is built in place of
     # `go install` (its go.sum pins the dependencies): go/<name>.
     wrapper: str = ""
+    # -X stamps for the linker (the release the program reports), as the project's Makefile
+    # sets them; part of the cache key.
+    stamps: tuple[str, ...] = ()
 
     @property
     def binary(self) -> str:
@@ -88,6 +100,63 @@ CONTROLLERS: dict[str, GoInstall] = {
         "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager",
         "v2.3.0",
         "github.com/kubeflow/trainer/v2",
+    ),
+}
+
+
+# Kubeflow Pipelines' processes (issue 44), each a package of kubeflow/pipelines at the commit
+# go/kfp/go.mod pins: program -> package (`go build` names the binary after the package's folder).
+KFP_PROGRAMS = {
+    "apiserver": "backend/src/apiserver",
+    "persistence-agent": "backend/src/agent/persistence",
+    "driver": "backend/src/v2/cmd/driver",
+    "launcher": "backend/src/v2/cmd/launcher-v2",
+}
+# The checksum database has no entry for kubeflow/pipelines pseudo-versions: go/kfp/go.sum,
+# committed, pins them (the build is -mod=readonly).
+KFP_NOSUMDB = "github.com/kubeflow/pipelines"
+# The Argo release KFP 2.14.3 requires (go/kfp/go.mod), and the commit of its tag (the module
+# proxy's origin for it): stamped in as Argo's Makefile does, so that `version` reports the
+# release and the controller's default executor image tag is it (argo.ImageTag).
+ARGO_MODULE = "github.com/argoproj/argo-workflows/v3"
+ARGO_VERSION = "v3.6.7"
+ARGO_COMMIT = "8d7dae690e152d19fb40f7affbb68fb783b32172"
+_ARGO_STAMPS = tuple(
+    f"-X {ARGO_MODULE}.{name}={value}"
+    for name, value in (
+        ("version", ARGO_VERSION),
+        ("gitTag", ARGO_VERSION),
+        ("gitCommit", ARGO_COMMIT),
+        ("gitTreeState", "clean"),
+    )
+)
+# What runs beside KFP's own processes. Argo from the module go/argo (the proxy refuses Argo's
+# version list, which `go install` reads: as go/jobset); the S3 server, versitygw (Apache-2.0;
+# not MinIO or Garage, AGPL), with `go install` (its go.sum verified by the checksum database),
+# main.Version stamped as its Makefile does.
+KFP_SERVICES: dict[str, GoInstall] = {
+    "workflow-controller": GoInstall(
+        "workflow-controller",
+        f"{ARGO_MODULE}/cmd/workflow-controller",
+        ARGO_VERSION,
+        ARGO_MODULE,
+        wrapper="argo",
+        stamps=_ARGO_STAMPS,
+    ),
+    "argoexec": GoInstall(
+        "argoexec",
+        f"{ARGO_MODULE}/cmd/argoexec",
+        ARGO_VERSION,
+        ARGO_MODULE,
+        wrapper="argo",
+        stamps=_ARGO_STAMPS,
+    ),
+    "versitygw": GoInstall(
+        "versitygw",
+        "github.com/versity/versitygw/cmd/versitygw",
+        "v1.8.0",
+        "github.com/versity/versitygw",
+        stamps=("-X main.Version=v1.8.0",),
     ),
 }
 
@@ -194,8 +263,9 @@ def _locked_build(
         return Built(outputs, seconds)
 
 
-def _run_logged(command: list[str], log_path: str, what: str, **options) -> None:
-    with open(log_path, "w") as log:
+def _run_logged(command: list[str], log_path: str, what: str, mode: str = "w", **options) -> None:
+    """Runs `command` into the log (mode "a": after the earlier steps of the same build)."""
+    with open(log_path, mode) as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         result = subprocess.run(
@@ -231,6 +301,8 @@ def build_kubernetes(tools: Iterable[str] = KUBERNETES_TOOLS, say: Say = lambda 
 
 def build_controller(controller: GoInstall, say: Say = lambda _: None) -> Built:
     key = f"{controller.name}-{controller.version}-{_go_release()}"
+    if controller.stamps:
+        key += "-" + hashlib.sha256(" ".join(controller.stamps).encode()).hexdigest()[:12]
     wrapper = os.path.join(HERE, "go", controller.wrapper) if controller.wrapper else ""
     if wrapper:
         with open(os.path.join(wrapper, "go.sum"), "rb") as handle:
@@ -240,7 +312,7 @@ def build_controller(controller: GoInstall, say: Say = lambda _: None) -> Built:
 
     def run(partial: str, log_path: str) -> None:
         flags = f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip()
-        lean = ["-trimpath", "-ldflags=-s -w"]
+        lean = ["-trimpath", "-ldflags=" + " ".join(["-s", "-w", *controller.stamps])]
         if wrapper:
             command = [go(), "build", *lean, "-mod=readonly", "-o", partial + os.sep]
             command.append(controller.package)
@@ -311,17 +383,78 @@ def build_pause(say: Say = lambda _: None) -> Built:
     )
 
 
-def build_all(
-    say: Say = lambda _: None, controllers: Iterable[str] = tuple(CONTROLLERS)
-) -> dict[str, Built]:
-    """Every build the cluster needs, started together; raises the first failure after all
-    have ended (so that one failure does not leave another build half done)."""
-    jobs: dict[str, Callable[[], Built]] = {
-        "kubernetes": lambda: build_kubernetes(say=say),
-        "pause": lambda: build_pause(say=say),
-    }
-    for name in controllers:
-        jobs[name] = functools.partial(build_controller, CONTROLLERS[name], say=say)
+def kfp_version() -> str:
+    """The kubeflow/pipelines pseudo-version go/kfp/go.mod requires (tag 2.14.3's commit)."""
+    with open(os.path.join(KFP_MODULE, "go.mod")) as handle:
+        found = re.search(
+            r"^\s*github\.com/kubeflow/pipelines (v\S+)( // indirect)?$", handle.read(), re.M
+        )
+    if not found:
+        raise RuntimeError("go/kfp/go.mod does not require github.com/kubeflow/pipelines")
+    return found.group(1)
+
+
+def kfp_cache_dir() -> str:
+    """Where this build of KFP's programs is kept: per commit, module pins, vendored protos,
+    protoc and Go release."""
+    pins = [_go_release(), *kfp_protos.PROTOC_PINS, *map(repr, kfp_protos.GENERATED)]
+    digest = hashlib.sha256(" ".join(pins).encode())
+    files = [(name, os.path.join(KFP_MODULE, name)) for name in ("go.mod", "go.sum")]
+    for name, path in files + kfp_protos.proto_files():
+        with open(path, "rb") as handle:
+            digest.update(name.encode() + b"\0" + handle.read())
+    commit = kfp_version().rsplit("-", 1)[-1]
+    return os.path.join(cache_root(), "kfp", f"{commit}-{digest.hexdigest()[:12]}")
+
+
+def build_kfp_backend(
+    programs: Iterable[str] = tuple(KFP_PROGRAMS), say: Say = lambda _: None
+) -> Built:
+    """KFP's programs: in a copy of go/kfp, KFP's api and kubernetes_platform modules generated
+    (kfp_protos), then one `go build` of every package (the shared packages compiled once).
+    Static: CGO off. The API server then has go-sqlite3's stub (static_mock.go), so its
+    DBDriverName=sqlite (KFP's tests only) fails at connect; MySQL, the default, is pure Go."""
+    programs = tuple(programs)
+    folder = kfp_cache_dir()
+    outputs = {p: os.path.join(folder, os.path.basename(KFP_PROGRAMS[p])) for p in programs}
+    what = f"KFP {kfp_version()}"
+
+    def run(partial: str, log_path: str) -> None:
+        go_command = go()
+        source = os.path.join(partial, "src")
+        os.makedirs(source)
+        for name in ("go.mod", "go.sum"):
+            shutil.copyfile(os.path.join(KFP_MODULE, name), os.path.join(source, name))
+        kfp_protos.copy_protos(source)
+        flags = f"{os.environ.get('GOFLAGS', '')} -mod=readonly -modcacherw".strip()
+        nosumdb = ",".join(filter(None, [os.environ.get("GONOSUMDB", ""), KFP_NOSUMDB]))
+        env = dict(os.environ, GOFLAGS=flags, GONOSUMDB=nosumdb, CGO_ENABLED="0")
+        open(log_path, "w").close()
+
+        def step(command: list[str], name: str) -> None:
+            _run_logged(command, log_path, f"{what} ({name})", mode="a", cwd=source, env=env)
+
+        kfp_protos.generate(go_command, source, step)
+        packages = [f"github.com/kubeflow/pipelines/{KFP_PROGRAMS[p]}" for p in programs]
+        lean = ["-trimpath", "-ldflags=-s -w"]
+        step([go_command, "build", *lean, "-o", partial + os.sep, *packages], "go build")
+
+    return _locked_build(folder, outputs, f"{', '.join(programs)} ({what})", run, say)
+
+
+def build_kfp(say: Say = lambda _: None) -> dict[str, Built]:
+    """Every program Kubeflow Pipelines needs on the cluster (KFP_PROGRAMS, built together, and
+    KFP_SERVICES), started together as build_all does: build name -> Built ("kfp" holds
+    KFP_PROGRAMS)."""
+    jobs: dict[str, Callable[[], Built]] = {"kfp": lambda: build_kfp_backend(say=say)}
+    for name, program in KFP_SERVICES.items():
+        jobs[name] = functools.partial(build_controller, program, say=say)
+    return _together(jobs)
+
+
+def _together(jobs: dict[str, Callable[[], Built]]) -> dict[str, Built]:
+    """Runs the builds at the same time; raises the first failure after all have ended (so that
+    one failure does not leave another build half done)."""
     results: dict[str, Built] = {}
     errors: list[BaseException] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
@@ -334,3 +467,17 @@ def build_all(
     if errors:
         raise errors[0]
     return results
+
+
+def build_all(
+    say: Say = lambda _: None, controllers: Iterable[str] = tuple(CONTROLLERS)
+) -> dict[str, Built]:
+    """Every build the cluster needs, started together; raises the first failure after all
+    have ended (so that one failure does not leave another build half done)."""
+    jobs: dict[str, Callable[[], Built]] = {
+        "kubernetes": lambda: build_kubernetes(say=say),
+        "pause": lambda: build_pause(say=say),
+    }
+    for name in controllers:
+        jobs[name] = functools.partial(build_controller, CONTROLLERS[name], say=say)
+    return _together(jobs)

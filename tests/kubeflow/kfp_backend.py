@@ -4,7 +4,8 @@ there and in its README) built once per machine and cached under
 ~/.cache/tfx-scaleout/kfp-check/<hash of its files>/ ($XDG_CACHE_HOME respected; Go's module and
 build caches are where `go env` says), as tests/components/training/real_kube.py does for
 kube-apiserver. The build first generates KFP's `api` and `kubernetes_platform` Go modules from the
-protos vendored in kfp_check/proto (protoc from grpcio-tools in a venv of its own, protoc-gen-go
+protos vendored in kubeflow/local_cluster/go/kfp/proto (kubeflow/local_cluster/kfp_protos.py, which
+the local cluster's KFP build shares: protoc from grpcio-tools in a venv of its own, protoc-gen-go
 from the module's own google.golang.org/protobuf), in a copy of the module beside the binary.
 
 `argo` has the API server parse a compiled file, compile a run of it to an Argo Workflow and
@@ -21,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -29,27 +31,13 @@ import shutil
 import subprocess
 import time
 
+from kubeflow.local_cluster import kfp_protos
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = os.path.join(HERE, "kfp_check")
 # The Go module proxy has no checksum-database entry for kubeflow/pipelines pseudo-versions:
 # go.sum (committed) is what pins them; the build is -mod=readonly and never asks sum.golang.org.
 NOSUMDB = "github.com/kubeflow/pipelines"
-# protoc: grpcio-tools' (its libprotoc), in a venv of its own (it needs protobuf >= 6; the lock
-# pins 3.20.3). The generated files equal upstream's at the pinned commit but for protoc's
-# version line (kfp_check/README.md).
-PROTOC_PINS = ["grpcio-tools==1.84.0"]
-PROTOC_VENV = "protoc-venv"
-# What is generated: (proto file, its -I folders, the output folder under gen/).
-GENERATED = [
-    ("pipeline_spec.proto", ["proto/api/v2alpha1", "proto"], "api/v2alpha1/go/pipelinespec"),
-    ("cache_key.proto", ["proto/api/v2alpha1", "proto"], "api/v2alpha1/go/cachekey"),
-    (
-        "kubernetes_executor_config.proto",
-        ["proto/kubernetes_platform/proto", "proto/api/v2alpha1", "proto"],
-        "kubernetes_platform/go/kubernetesplatform",
-    ),
-]
-GO_MODS = {"api": "proto/api.go.mod", "kubernetes_platform": "proto/kubernetes_platform.go.mod"}
 
 
 class Unavailable(RuntimeError):
@@ -67,20 +55,22 @@ def kfp_version(go_mod: str | None = None) -> str:
     return found.group(1)
 
 
-def _sources() -> list[str]:
-    """The module's files, relative to it: the Go sources, go.mod, go.sum and proto/."""
+def _sources() -> list[tuple[str, str]]:
+    """(name in the build copy, path here) of the module's files: the Go sources, go.mod, go.sum,
+    and the vendored protos as proto/... (kfp_protos), sorted by name."""
     found = [
-        name for name in os.listdir(MODULE) if name.endswith(".go") or name in ("go.mod", "go.sum")
+        (name, os.path.join(MODULE, name))
+        for name in os.listdir(MODULE)
+        if name.endswith(".go") or name in ("go.mod", "go.sum")
     ]
-    for folder, _, names in os.walk(os.path.join(MODULE, "proto")):
-        found += [os.path.relpath(os.path.join(folder, name), MODULE) for name in names]
-    return sorted(found)
+    return sorted(found + kfp_protos.proto_files())
 
 
 def cache_dir() -> str:
-    digest = hashlib.sha256(" ".join([*PROTOC_PINS, *map(repr, GENERATED)]).encode())
-    for name in _sources():
-        with open(os.path.join(MODULE, name), "rb") as handle:
+    pins = [*kfp_protos.PROTOC_PINS, *map(repr, kfp_protos.GENERATED)]
+    digest = hashlib.sha256(" ".join(pins).encode())
+    for name, path in _sources():
+        with open(path, "rb") as handle:
             digest.update(name.encode() + b"\0" + handle.read())
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(root, "tfx-scaleout", "kfp-check", digest.hexdigest()[:16])
@@ -127,7 +117,7 @@ def build(say=lambda line: None) -> Built:
         nosumdb = ",".join(filter(None, [os.environ.get("GONOSUMDB", ""), NOSUMDB]))
         env = dict(os.environ, GOFLAGS=flags, GONOSUMDB=nosumdb)
         source = _copy_module(os.path.join(folder, "src"))
-        _generate(go, source, env)
+        kfp_protos.generate(go, source, functools.partial(_run_step, go, source, env))
         partial = binary + ".partial"
         _go_run(go, ["build", "-trimpath", "-ldflags=-s -w", "-o", partial, "."], source, env)
         os.replace(partial, binary)
@@ -141,45 +131,26 @@ def _go_run(go: str, args: list[str], cwd: str, env: dict) -> None:
         raise RuntimeError(f"go {args[0]} for kfp_check failed (in {cwd}):\n{tail}")
 
 
+def _run_step(go: str, source: str, env: dict, command: list[str], step: str) -> None:
+    """One step of kfp_protos.generate, failing as the build's own steps do."""
+    if command[0] == go:
+        _go_run(go, command[1:], source, env)
+        return
+    result = subprocess.run(command, cwd=source, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{step} for kfp_check failed:\n{result.stderr[-3000:]}")
+
+
 def _copy_module(source: str) -> str:
-    """A fresh copy of kfp_check/ to build in (the generated modules go under its gen/)."""
+    """A fresh copy of kfp_check/ and the vendored protos to build in (the generated modules go
+    under its gen/)."""
     shutil.rmtree(source, ignore_errors=True)
-    for name in _sources():
-        os.makedirs(os.path.dirname(os.path.join(source, name)), exist_ok=True)
-        shutil.copyfile(os.path.join(MODULE, name), os.path.join(source, name))
-    for module, go_mod in GO_MODS.items():
-        os.makedirs(os.path.join(source, "gen", module))
-        shutil.copyfile(os.path.join(source, go_mod), os.path.join(source, "gen", module, "go.mod"))
+    os.makedirs(source)
+    for name, path in _sources():
+        if not name.startswith("proto" + os.sep):
+            shutil.copyfile(path, os.path.join(source, name))
+    kfp_protos.copy_protos(source)
     return source
-
-
-def _generate(go: str, source: str, env: dict) -> None:
-    """KFP's api and kubernetes_platform Go code at the pinned commit, from the vendored protos,
-    as upstream generates it (protoc-gen-go, paths=source_relative)."""
-    from tests import own_venv
-
-    python = own_venv.ensure(PROTOC_VENV, PROTOC_PINS)
-    plugin = os.path.join(source, "bin", "protoc-gen-go")
-    # The plugin at the version go.mod requires (google.golang.org/protobuf, pinned by go.sum).
-    _go_run(
-        go, ["build", "-o", plugin, "google.golang.org/protobuf/cmd/protoc-gen-go"], source, env
-    )
-    for proto, includes, out in GENERATED:
-        target = os.path.join(source, "gen", out)
-        os.makedirs(target, exist_ok=True)
-        command = [
-            python,
-            "-m",
-            "grpc_tools.protoc",
-            f"--plugin=protoc-gen-go={plugin}",
-            *(f"-I{include}" for include in includes),
-            "--go_opt=paths=source_relative",
-            f"--go_out={target}",
-            proto,
-        ]
-        result = subprocess.run(command, cwd=source, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"protoc {proto} for kfp_check failed:\n{result.stderr[-3000:]}")
 
 
 class CheckFailed(AssertionError):

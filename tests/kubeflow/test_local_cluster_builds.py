@@ -1,12 +1,17 @@
 """The local cluster's builds (kubeflow/local_cluster/builds.py): cache keys, flags, the Go
-modules' pins, a failed build naming its log, and the vendored CRDs being the ones the
-operators' own releases ship (the releases the cluster builds and deploys)."""
+modules' pins, a failed build naming its log, the vendored CRDs being the ones the operators' own
+releases ship (the releases the cluster builds and deploys), and Kubeflow Pipelines' and Argo's
+programs and the S3 server built (cached after the first time), static, each running and saying
+its pinned release where it can print one."""
 
 from __future__ import annotations
 
 import filecmp
 import os
+import re
 import shutil
+import struct
+import subprocess
 from unittest import mock
 
 import pytest
@@ -89,3 +94,93 @@ def test_the_vendored_crds_are_the_ones_the_deployed_releases_ship(file_name, co
     release = builds.CONTROLLERS[controller]
     shipped = os.path.join(builds.module_dir(release.module, release.version), path, file_name)
     assert filecmp.cmp(os.path.join(CRDS, file_name), shipped, shallow=False), shipped
+
+
+def test_the_kfp_module_pins_tag_2_14_3_and_the_argo_release_kfp_requires():
+    go = os.path.dirname(builds.KUBERNETES_MODULE)
+    with open(os.path.join(builds.KFP_MODULE, "go.mod")) as handle:
+        kfp = handle.read()
+    with open(os.path.join(go, "argo", "go.mod")) as handle:
+        argo = handle.read()
+    # tag 2.14.3 is commit fc3214d4b4d3 (the one the module proxy serves).
+    assert builds.kfp_version() == "v0.0.0-20250902140602-fc3214d4b4d3"
+    for package in builds.KFP_PROGRAMS.values():
+        assert f"\tgithub.com/kubeflow/pipelines/{package}\n" in kfp, package
+    assert f"\t{builds.ARGO_MODULE} {builds.ARGO_VERSION} // indirect" in kfp
+    assert f"\t{builds.ARGO_MODULE} {builds.ARGO_VERSION}" in argo
+    for name in ("workflow-controller", "argoexec"):
+        program = builds.KFP_SERVICES[name]
+        assert (program.version, program.wrapper) == (builds.ARGO_VERSION, "argo")
+        assert f"\t{program.package}\n" in argo, name
+    assert "minio" not in builds.KFP_SERVICES and "garage" not in builds.KFP_SERVICES
+
+
+def test_the_kfp_build_is_keyed_by_its_pins_and_protos(tmp_path):
+    module = tmp_path / "kfp"
+    shutil.copytree(builds.KFP_MODULE, module)
+    with mock.patch.object(builds, "KFP_MODULE", str(module)):
+        first = builds.kfp_cache_dir()
+        assert os.path.basename(first).startswith("fc3214d4b4d3-")
+        with open(module / "go.sum", "a") as handle:
+            handle.write("example.com/m v1.0.0 h1:AAAA=\n")
+        assert builds.kfp_cache_dir() != first
+    proto = tmp_path / "status.proto"
+    proto.write_text("// changed\n")
+    files = [
+        (name, str(proto) if name.endswith("status.proto") else path)
+        for name, path in builds.kfp_protos.proto_files()
+    ]
+    with mock.patch.object(builds.kfp_protos, "proto_files", return_value=files):
+        assert builds.kfp_cache_dir() != first
+
+
+def _elf_segments(path: str) -> set[int]:
+    """The program header types of a 64-bit little-endian ELF file (3: PT_INTERP, the dynamic
+    loader a dynamically linked program names; 2: PT_DYNAMIC)."""
+    with open(path, "rb") as handle:
+        header = handle.read(64)
+        assert header[:4] == b"\x7fELF" and header[4] == 2 and header[5] == 1, path
+        (offset,) = struct.unpack_from("<Q", header, 0x20)
+        size, count = struct.unpack_from("<HH", header, 0x36)
+        types = set()
+        for index in range(count):
+            handle.seek(offset + index * size)
+            types.add(struct.unpack("<I", handle.read(4))[0])
+    return types
+
+
+@pytest.fixture(scope="module")
+def kfp_programs() -> dict[str, str]:
+    """program -> binary: builds.build_kfp (a few minutes per build the first time on a machine,
+    cached under ~/.cache/tfx-scaleout/ after)."""
+    built = builds.build_kfp(say=print)
+    assert set(built) == {"kfp", *builds.KFP_SERVICES}
+    paths = {name: path for result in built.values() for name, path in result.paths.items()}
+    assert set(paths) == {*builds.KFP_PROGRAMS, *builds.KFP_SERVICES}
+    return paths
+
+
+# program -> (arguments, exit status, a line its output must have): the release where the
+# program prints one; KFP's programs print none, so a flag of their own in `-help`'s usage.
+RUNS = {
+    "apiserver": (["-help"], 0, r"-sampleconfig"),
+    "persistence-agent": (["-help"], 0, r"-kubeconfig"),
+    "driver": (["-help"], 0, r"-mlmd_server_address"),
+    "launcher": (["-help"], 0, r"-mlmd_server_address"),
+    "workflow-controller": (["version"], 0, r"^workflow-controller: v3\.6\.7$"),
+    "argoexec": (["version"], 0, r"^argoexec: v3\.6\.7$"),
+    "versitygw": (["--version"], 0, r"^Version  : v1\.8\.0$"),
+}
+
+
+@pytest.mark.parametrize("program", sorted(RUNS))
+def test_kfp_and_argo_programs_are_static_and_run(kfp_programs, program):
+    """Static (no dynamic loader, no dynamic section): the images they go into hold nothing
+    else (FROM scratch)."""
+    binary = kfp_programs[program]
+    assert not {2, 3} & _elf_segments(binary), f"{binary} is dynamically linked"
+    arguments, status, expected = RUNS[program]
+    result = subprocess.run([binary, *arguments], capture_output=True, text=True, timeout=60)
+    output = result.stdout + result.stderr
+    assert result.returncode == status, output[-2000:]
+    assert re.search(expected, output, re.M), output[-2000:]
