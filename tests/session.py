@@ -83,6 +83,8 @@ def phase_lines() -> list[str]:
     with open(path, encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle if line.strip()]
     os.unlink(path)
+    if not records:
+        return []
     records.sort(key=lambda record: -record["seconds"])
     lines = [
         f"{record['seconds']:8.1f}s  {record['what']}"

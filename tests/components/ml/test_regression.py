@@ -60,9 +60,11 @@ def test_regressor_trains_and_serves_in_the_label_units(regression_transform_run
 
 
 def export_description(export_dir):
+    """What pipeline.predict reads from the exported model: its serving signature's parse."""
     from pipeline import predict
 
-    return predict.model_description(export_dir)
+    signature = tf.saved_model.load(export_dir).signatures[features.SERVING_SIGNATURE]
+    return predict.model_description(export_dir, signature)
 
 
 def test_mse_skill_metric():
