@@ -75,6 +75,11 @@ class GoInstall:
     # -X stamps for the linker (the release the program reports), as the project's Makefile
     # sets them; part of the cache key.
     stamps: tuple[str, ...] = ()
+    # Files the project's repository has as symbolic links, (path, target) in the module: a
+    # module zip holds no symlinks (golang.org/x/mod/zip), so a package that needs one does not
+    # build from the module proxy. The build then uses a copy of the module with them put back
+    # (go.mod's replace in a copy of the wrapper). Part of the cache key.
+    symlinks: tuple[tuple[str, str], ...] = ()
 
     @property
     def binary(self) -> str:
@@ -112,6 +117,19 @@ KFP_PROGRAMS = {
     "driver": "backend/src/v2/cmd/driver",
     "launcher": "backend/src/v2/cmd/launcher-v2",
 }
+# The one that needs cgo: KFP's storage package uses go-sqlite3's error type
+# (backend/src/apiserver/storage/db.go:25, :137-138: sqlite3.Error, sqlite3.ErrConstraint), which
+# go-sqlite3 v1.14.19 defines only with cgo (error.go:15 `import "C"`), so it does not compile with
+# CGO off. Built with cgo and linked statically against glibc (no dynamic loader: it runs in a
+# FROM-scratch image): the net and os/user packages in Go (netgo, osusergo, no NSS lookups) and
+# SQLite without extension loading (no dlopen). MySQL, what the cluster uses, is pure Go.
+KFP_CGO = {"apiserver"}
+KFP_FLAGS = ["-trimpath", "-ldflags=-s -w"]
+KFP_CGO_FLAGS = [
+    "-trimpath",
+    "-tags=netgo,osusergo,sqlite_omit_load_extension",
+    "-ldflags=-s -w -linkmode=external -extldflags=-static",
+]
 # The checksum database has no entry for kubeflow/pipelines pseudo-versions: go/kfp/go.sum,
 # committed, pins them (the build is -mod=readonly).
 KFP_NOSUMDB = "github.com/kubeflow/pipelines"
@@ -150,6 +168,9 @@ KFP_SERVICES: dict[str, GoInstall] = {
         ARGO_MODULE,
         wrapper="argo",
         stamps=_ARGO_STAMPS,
+        # Without it: "os-specific/command_unix.go:33:3: undefined: Setpgid" (the Linux
+        # signal code is the darwin file, linked; argoproj/argo-workflows#9590 is the same link).
+        symlinks=(("workflow/executor/os-specific/signal_linux.go", "signal_darwin.go"),),
     ),
     "versitygw": GoInstall(
         "versitygw",
@@ -301,8 +322,9 @@ def build_kubernetes(tools: Iterable[str] = KUBERNETES_TOOLS, say: Say = lambda 
 
 def build_controller(controller: GoInstall, say: Say = lambda _: None) -> Built:
     key = f"{controller.name}-{controller.version}-{_go_release()}"
-    if controller.stamps:
-        key += "-" + hashlib.sha256(" ".join(controller.stamps).encode()).hexdigest()[:12]
+    if controller.stamps or controller.symlinks:
+        extra = " ".join([*controller.stamps, *map(repr, controller.symlinks)])
+        key += "-" + hashlib.sha256(extra.encode()).hexdigest()[:12]
     wrapper = os.path.join(HERE, "go", controller.wrapper) if controller.wrapper else ""
     if wrapper:
         with open(os.path.join(wrapper, "go.sum"), "rb") as handle:
@@ -313,21 +335,45 @@ def build_controller(controller: GoInstall, say: Say = lambda _: None) -> Built:
     def run(partial: str, log_path: str) -> None:
         flags = f"{os.environ.get('GOFLAGS', '')} -modcacherw".strip()
         lean = ["-trimpath", "-ldflags=" + " ".join(["-s", "-w", *controller.stamps])]
+        where = wrapper or partial
         if wrapper:
             command = [go(), "build", *lean, "-mod=readonly", "-o", partial + os.sep]
             command.append(controller.package)
+            if controller.symlinks:
+                where = _with_symlinks(controller, wrapper, partial)
         else:
             command = [go(), "install", *lean, f"{controller.package}@{controller.version}"]
         _run_logged(
             command,
             log_path,
             f"{controller.name} {controller.version}",
-            cwd=wrapper or partial,
+            cwd=where,
             # Static: the images hold nothing but the program.
             env=dict(os.environ, GOBIN=partial, CGO_ENABLED="0", GOFLAGS=flags),
         )
 
     return _locked_build(folder, outputs, f"{controller.name} {controller.version}", run, say)
+
+
+def _with_symlinks(controller: GoInstall, wrapper: str, partial: str) -> str:
+    """A copy of the wrapper module in `partial` whose go.mod replaces the controller's module by
+    a copy of it with its symlinks put back; returns the copy of the wrapper."""
+    source = os.path.join(partial, "src")
+    copy = os.path.join(partial, "module")
+    shutil.copytree(module_dir(controller.module, controller.version), copy)
+    for folder, _, names in os.walk(copy):  # the module cache's files and folders are read-only
+        os.chmod(folder, 0o755)
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o644)
+    for path, target in controller.symlinks:
+        os.symlink(target, os.path.join(copy, path))
+    os.makedirs(source)
+    shutil.copyfile(os.path.join(wrapper, "go.sum"), os.path.join(source, "go.sum"))
+    with open(os.path.join(wrapper, "go.mod")) as handle:
+        text = handle.read()
+    with open(os.path.join(source, "go.mod"), "w") as handle:
+        handle.write(f"{text}\nreplace {controller.module} => ../module\n")
+    return source
 
 
 def module_dir(module: str, version: str) -> str:
@@ -397,7 +443,8 @@ def kfp_version() -> str:
 def kfp_cache_dir() -> str:
     """Where this build of KFP's programs is kept: per commit, module pins, vendored protos,
     protoc and Go release."""
-    pins = [_go_release(), *kfp_protos.PROTOC_PINS, *map(repr, kfp_protos.GENERATED)]
+    pins = [_go_release(), *KFP_FLAGS, *KFP_CGO_FLAGS, *kfp_protos.PROTOC_PINS]
+    pins += [repr(kfp_protos.GENERATED), repr(sorted(KFP_CGO))]
     digest = hashlib.sha256(" ".join(pins).encode())
     files = [(name, os.path.join(KFP_MODULE, name)) for name in ("go.mod", "go.sum")]
     for name, path in files + kfp_protos.proto_files():
@@ -411,9 +458,9 @@ def build_kfp_backend(
     programs: Iterable[str] = tuple(KFP_PROGRAMS), say: Say = lambda _: None
 ) -> Built:
     """KFP's programs: in a copy of go/kfp, KFP's api and kubernetes_platform modules generated
-    (kfp_protos), then one `go build` of every package (the shared packages compiled once).
-    Static: CGO off. The API server then has go-sqlite3's stub (static_mock.go), so its
-    DBDriverName=sqlite (KFP's tests only) fails at connect; MySQL, the default, is pure Go."""
+    (kfp_protos), then one `go build` of the packages that build with CGO off (the shared
+    packages compiled once) and one with cgo, statically linked, for those in KFP_CGO. All
+    static: their images hold nothing else."""
     programs = tuple(programs)
     folder = kfp_cache_dir()
     outputs = {p: os.path.join(folder, os.path.basename(KFP_PROGRAMS[p])) for p in programs}
@@ -431,13 +478,32 @@ def build_kfp_backend(
         env = dict(os.environ, GOFLAGS=flags, GONOSUMDB=nosumdb, CGO_ENABLED="0")
         open(log_path, "w").close()
 
-        def step(command: list[str], name: str) -> None:
-            _run_logged(command, log_path, f"{what} ({name})", mode="a", cwd=source, env=env)
+        def step(command: list[str], name: str, **overrides: str) -> None:
+            _run_logged(
+                command,
+                log_path,
+                f"{what} ({name})",
+                mode="a",
+                cwd=source,
+                env=dict(env, **overrides),
+            )
 
+        def build(names: list[str], flags: list[str], name: str, **overrides: str) -> None:
+            if names:
+                packages = [f"github.com/kubeflow/pipelines/{KFP_PROGRAMS[p]}" for p in names]
+                step(
+                    [go_command, "build", *flags, "-o", partial + os.sep, *packages],
+                    name,
+                    **overrides,
+                )
+
+        cgo = [p for p in programs if p in KFP_CGO]
+        gcc = shutil.which("gcc")
+        if cgo and gcc is None:
+            raise Unavailable(f"KFP's {', '.join(cgo)} is built with cgo: apt-get install gcc")
         kfp_protos.generate(go_command, source, step)
-        packages = [f"github.com/kubeflow/pipelines/{KFP_PROGRAMS[p]}" for p in programs]
-        lean = ["-trimpath", "-ldflags=-s -w"]
-        step([go_command, "build", *lean, "-o", partial + os.sep, *packages], "go build")
+        build([p for p in programs if p not in KFP_CGO], KFP_FLAGS, "go build")
+        build(cgo, KFP_CGO_FLAGS, "go build with cgo", CGO_ENABLED="1", CC=gcc or "gcc")
 
     return _locked_build(folder, outputs, f"{', '.join(programs)} ({what})", run, say)
 
