@@ -6,7 +6,8 @@ from the inputs and the run is evaluated as TFX evaluates one without a baseline
 threshold only). A staged user module (custom metrics named by the user's EvalConfig) is made
 importable first, here and in the Beam SDK workers (components.user_code), and TFMA's eager
 Keras metric updates skip AutoGraph (components.compat). Everything else is TFX's executor,
-through super().
+through super(). Before it, the candidate model is checked against the EvalConfig (model_check:
+a missing signature or label is one line naming --eval_config, not a TFMA traceback).
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from tfx.components.evaluator import executor as tfx_executor
-from tfx.types import standard_component_specs
-from tfx.utils import path_utils
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import json_utils, path_utils
 
 from components import compat, user_code
 from components.tfx_components import baseline
+from components.tfx_components.evaluator import model_check
 
 BASELINE_MODEL_KEY = standard_component_specs.BASELINE_MODEL_KEY
+MODEL_KEY = standard_component_specs.MODEL_KEY
+EXAMPLES_KEY = standard_component_specs.EXAMPLES_KEY
+EVAL_CONFIG_KEY = standard_component_specs.EVAL_CONFIG_KEY
+EXAMPLE_SPLITS_KEY = standard_component_specs.EXAMPLE_SPLITS_KEY
 
 
 def present_baselines(models: list) -> list:
@@ -28,11 +34,35 @@ def present_baselines(models: list) -> list:
     return [m for m in models if baseline.has_saved_model(path_utils.serving_model_path(m.uri))]
 
 
+def check_candidate(input_dict, exec_properties: dict[str, Any]) -> None:
+    """model_check.check on the candidate SavedModel and the first eval split's examples."""
+    import tensorflow_model_analysis as tfma
+    from google.protobuf import json_format
+
+    text = exec_properties.get(EVAL_CONFIG_KEY)
+    models = list(input_dict.get(MODEL_KEY) or [])
+    if not text or not models:
+        return
+    eval_config = json_format.Parse(text, tfma.EvalConfig())
+    signatures, attributes = model_check.saved_model_interface(
+        path_utils.serving_model_path(models[0].uri)
+    )
+    splits = json_utils.loads(exec_properties.get(EXAMPLE_SPLITS_KEY) or "null") or ["eval"]
+    examples = list(input_dict.get(EXAMPLES_KEY) or [])
+    raw_features = (
+        model_check.example_feature_names(artifact_utils.get_split_uri(examples, splits[0]))
+        if examples
+        else set()
+    )
+    model_check.check(eval_config, signatures, attributes, raw_features)
+
+
 class Executor(tfx_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties: dict[str, Any]):  # noqa: N802
         # TFMA metrics of a user's --eval_config defined in their module's folder: importable
         # here (where TFMA builds the computations) and in the SDK workers (which run them).
         user_code.prepare_beam_executor(self, exec_properties)
+        check_candidate(input_dict, exec_properties)
         inputs = dict(input_dict)
         present = present_baselines(list(inputs.pop(BASELINE_MODEL_KEY, None) or []))
         if present:
