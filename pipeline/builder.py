@@ -396,7 +396,11 @@ def materializes_transform(config: PipelineConfig) -> bool:
     target) and writes the transform graph only; its examples would be ExampleGen's encoded bytes
     again, copied through tf.Transform at a cost per image larger than ExampleGen's own, so the
     Trainer reads ExampleGen's shards and applies the transform graph in its tf.data pipeline,
-    as TFMA and serving apply it. A user's preprocessing_fn is materialized, as TFX does."""
+    as TFMA and serving apply it. A user's preprocessing_fn is materialized, as TFX does, unless
+    --no_transform_materialize (a user's run_fn then reads ExampleGen's examples and applies the
+    transform graph itself, as TFX's Transform(materialize=False) pipelines do)."""
+    if not config.transform_materialize:
+        return False
     return not (config.dataset.is_images and not config.user_code.preprocessing_fn)
 
 

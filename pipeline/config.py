@@ -380,6 +380,10 @@ class PipelineConfig:
     # times that of predicting the training mean (skill = 1 - MSE / MSE_mean >= this).
     min_regression_skill: float = 0.1
     enable_cache: bool = True
+    # Transform writes transformed examples for the Trainer (TFX's default). False
+    # (--no_transform_materialize): Transform writes the transform graph only and the Trainer gets
+    # ExampleGen's raw examples, which a user's run_fn transforms itself (TFX's materialize=False).
+    transform_materialize: bool = True
     # None: SQLite at metadata_path.
     mysql: MySQLConfig | None = None
     # The user's preprocessing_fn, run_fn, model hook, custom_config and EvalConfig (empty: the

@@ -329,6 +329,12 @@ def with_user_code(
         image_size=dataset.image_size,
         cache_dir=cache_dir,
     )
+    if not config.transform_materialize and not user.run_fn:
+        raise ConfigError(
+            "--no_transform_materialize gives the Trainer ExampleGen's raw examples: it is for a "
+            "run_fn of yours (--module_file or --run_fn) that applies the transform graph itself; "
+            "the project's Trainer reads Transform's examples"
+        )
     training = config.training
     if user.model_fn:
         training = dataclasses.replace(training, model_fn=user.model_fn)

@@ -81,6 +81,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(SparseTensors in preprocessing_fn) instead of TFX's default: a fixed shape for "
         "features present once in every row of every split (dense tensors)",
     )
+    parser.add_argument(
+        "--no_transform_materialize",
+        action="store_true",
+        help="Transform writes the transform graph only (TFX's materialize=False) and the "
+        "Trainer gets ExampleGen's raw examples: for a run_fn of yours that applies the "
+        "transform graph itself (tft.TFTransformOutput.transform_features_layer)",
+    )
     parser.add_argument("--no_cache", action="store_true", help="re-run every component")
     parser.add_argument(
         "--mysql_host",
@@ -148,6 +155,7 @@ def build_config(
         min_classification_skill=args.min_classification_skill,
         min_regression_skill=args.min_regression_skill,
         enable_cache=not args.no_cache,
+        transform_materialize=not args.no_transform_materialize,
         mysql=config_lib.MySQLConfig(
             host=args.mysql_host,
             port=args.mysql_port,

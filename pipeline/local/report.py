@@ -258,6 +258,8 @@ def blessing_conditions(config: config_lib.PipelineConfig) -> list[tuple[str, st
 def describe_blessing(summary: RunSummary, config: config_lib.PipelineConfig) -> str:
     """yes/NO and the conditions; for NO, each failed condition with its value and the flag (or
     check) that decides it."""
+    if config.user_code.eval_config:
+        return _describe_user_blessing(summary, config.user_code.eval_config)
     conditions = blessing_conditions(config)
     text = ", ".join(f"{what} >= {bound:g}" for _, what, bound, _ in conditions)
     text += ", no regression against the previous blessed model"
@@ -281,6 +283,49 @@ def describe_blessing(summary: RunSummary, config: config_lib.PipelineConfig) ->
             )
         else:
             reasons.append(f"{failure['metric']}: {failure['message']}")
+    return "NO: " + ("; ".join(reasons) or f"failed one of: {text}")
+
+
+def eval_config_conditions(eval_config_text: str) -> list[str]:
+    """The thresholds of a user's --eval_config in words: each metric's value bounds, then
+    whether any metric must not regress against the previous blessed model."""
+    import tensorflow_model_analysis as tfma
+    from google.protobuf import text_format
+
+    eval_config = text_format.Parse(eval_config_text, tfma.EvalConfig())
+    conditions, change = [], False
+    for spec in eval_config.metrics_specs:
+        for metric in spec.metrics:
+            threshold = metric.threshold
+            if threshold.HasField("value_threshold"):
+                bounds = threshold.value_threshold
+                if bounds.HasField("lower_bound"):
+                    conditions.append(f"{metric.class_name} >= {bounds.lower_bound.value:g}")
+                if bounds.HasField("upper_bound"):
+                    conditions.append(f"{metric.class_name} <= {bounds.upper_bound.value:g}")
+            change = change or threshold.HasField("change_threshold")
+    if change:
+        conditions.append("no regression against the previous blessed model")
+    return conditions
+
+
+def _describe_user_blessing(summary: RunSummary, eval_config_text: str) -> str:
+    """yes/NO against the thresholds of the user's --eval_config, which replaces the project's."""
+    text = ", ".join(eval_config_conditions(eval_config_text)) or "no thresholds"
+    text += ", from --eval_config"
+    if summary.blessed is None:
+        return f"unknown ({text})"
+    if summary.blessed:
+        return f"yes ({text})"
+    reasons = []
+    for failure in summary.blessing_failures:
+        if failure["is_diff"]:
+            reasons.append(
+                f"{failure['metric']} changed by {failure['value']:+.4f} against the previous "
+                "blessed model (no regression allowed; the previous model stays the one served)"
+            )
+        else:
+            reasons.append(f"{failure['metric']}: {failure['message']} (--eval_config sets it)")
     return "NO: " + ("; ".join(reasons) or f"failed one of: {text}")
 
 
