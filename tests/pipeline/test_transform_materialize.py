@@ -64,3 +64,12 @@ def test_without_a_run_fn_of_yours_the_flag_is_refused(tmp_path):
         "--no_transform_materialize gives the Trainer ExampleGen's raw examples: it is for a "
         "run_fn of yours"
     )
+
+
+def test_the_cli_refuses_it_for_the_project_s_model_in_one_line(capsys, tmp_path):
+    from pipeline import run_local
+
+    code = run_local.main(["--no_transform_materialize", "--output_root", str(tmp_path)])
+    assert code == run_local.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--no_transform_materialize gives the Trainer" in err and err.count("\n") == 1

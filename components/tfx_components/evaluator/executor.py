@@ -49,11 +49,12 @@ def check_candidate(input_dict, exec_properties: dict[str, Any]) -> None:
     )
     splits = json_utils.loads(exec_properties.get(EXAMPLE_SPLITS_KEY) or "null") or ["eval"]
     examples = list(input_dict.get(EXAMPLES_KEY) or [])
-    raw_features = (
-        model_check.example_feature_names(artifact_utils.get_split_uri(examples, splits[0]))
-        if examples
-        else set()
-    )
+
+    def raw_features() -> set[str]:  # read only for a label no preprocessing function returns
+        if not examples:
+            return set()
+        return model_check.example_feature_names(artifact_utils.get_split_uri(examples, splits[0]))
+
     model_check.check(eval_config, signatures, attributes, raw_features)
 
 

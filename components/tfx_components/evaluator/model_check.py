@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Callable
 
 DEFAULT_SIGNATURE = "serving_default"
 FIX = (
@@ -68,10 +69,12 @@ def check(
     eval_config,
     signatures: dict[str, tuple[list, list]],
     attributes: set,
-    raw_features: set[str],
+    raw_features: set[str] | Callable[[], set[str]],
 ) -> None:
     """Raises EvalConfigMismatch, one line, for the first candidate model spec's name the model
-    (signatures, attributes) and the examples (raw_features; empty: not known) do not have."""
+    (signatures, attributes) and the examples (raw_features, or a function that reads them,
+    called only for a label no preprocessing function returns; empty: not known) do not
+    have."""
     for spec in eval_config.model_specs:
         if spec.is_baseline:
             continue
@@ -96,9 +99,11 @@ def check(
                 )
         labels = [spec.label_key] if spec.label_key else []
         labels += [key for _, key in sorted(spec.label_keys.items())]
-        if outputs_known and raw_features:
-            for label in labels:
-                if label not in transformed and label not in raw_features:
+        unresolved = [label for label in labels if label not in transformed]
+        if outputs_known and unresolved:
+            names = raw_features() if callable(raw_features) else raw_features
+            for label in unresolved if names else []:
+                if label not in names:
                     where = (
                         f"an output of {_listed(spec.preprocessing_function_names)} (outputs: "
                         f"{_listed(transformed)}) nor "

@@ -35,6 +35,17 @@ def test_a_model_with_the_config_s_signatures_and_label_passes():
     model_check.check(raw, {"serving_default": ([], ["outputs"])}, set(), {"species"})
 
 
+def test_the_examples_are_read_only_for_a_label_no_preprocessing_function_returns():
+    def unread() -> set[str]:
+        raise AssertionError("examples read")
+
+    model_check.check(config(), SIGNATURES, set(), unread)
+    with pytest.raises(model_check.EvalConfigMismatch, match="label_key 'species'"):
+        model_check.check(
+            config(TFX_STYLE.replace("species_xf", "species")), SIGNATURES, set(), lambda: {"x"}
+        )
+
+
 def test_no_transform_features_signature_is_one_line_naming_eval_config():
     only_serving = {"serving_default": SIGNATURES["serving_default"]}
     with pytest.raises(model_check.EvalConfigMismatch) as error:
