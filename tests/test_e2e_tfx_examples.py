@@ -41,6 +41,47 @@ metrics_specs {
   }
 }
 """
+# TFX's feature-engineering tutorial's way (Transform(materialize=False)): the run_fn reads the
+# raw examples and applies the transform graph itself; penguin_utils_keras's model and signatures.
+RAW_EXAMPLES_MODULE = """
+import tensorflow as tf
+import tensorflow_transform as tft
+from tfx.examples.penguin import penguin_utils_base as base
+from tfx.examples.penguin import penguin_utils_keras as keras_utils
+from tfx_bsl.public import tfxio
+
+preprocessing_fn = base.preprocessing_fn
+
+
+def _dataset(files, data_accessor, tf_transform_output, batch_size):
+    layer = tf_transform_output.transform_features_layer()
+
+    def transform(raw):
+        transformed = layer(raw)
+        label = transformed.pop(base.transformed_name("species"))
+        return transformed, label
+
+    return (
+        data_accessor.tf_dataset_factory(
+            files,
+            tfxio.TensorFlowDatasetOptions(batch_size=batch_size),
+            tf_transform_output.raw_metadata.schema,
+        )
+        .map(transform)
+        .repeat()
+    )
+
+
+def run_fn(fn_args):
+    tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
+    train = _dataset(fn_args.train_files, fn_args.data_accessor, tf_transform_output, 20)
+    evaluation = _dataset(fn_args.eval_files, fn_args.data_accessor, tf_transform_output, 10)
+    model = keras_utils._make_keras_model(keras_utils._get_hyperparameters())
+    model.fit(train, steps_per_epoch=fn_args.train_steps, validation_data=evaluation,
+              validation_steps=fn_args.eval_steps)
+    signatures = base.make_serving_signatures(model, tf_transform_output)
+    tf.saved_model.save(model, fn_args.serving_model_dir, signatures=signatures)
+"""
 SPECIES = {"Adelie": 0, "Chinstrap": 1, "Gentoo": 2}
 # palmerpenguins' columns -> TFX's processed data's.
 MEASUREMENTS = {
@@ -140,3 +181,28 @@ def test_tfx_taxi_utils_native_keras_unchanged_is_blessed_pushed_then_cached(san
     # pickup_census_tract (one value in 15,002 rows) reached the module's preprocessing_fn.
     assert "pickup_census_tract" in first.stdout
     assert sorted(os.listdir(os.path.dirname(data))) == before  # nothing written into the wheel
+
+
+def test_no_transform_materialize_a_run_fn_applies_the_transform_graph_itself(sandbox, tmp_path):
+    """--no_transform_materialize: Transform writes the transform graph only; the Trainer's
+    run_fn gets ExampleGen's raw examples, transforms them itself, and is blessed."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "penguin"
+    write_penguins_processed(data)
+    module = tmp_path / "raw_examples_module.py"
+    module.write_text(RAW_EXAMPLES_MODULE)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "pipeline/run_local.py", "--data", str(data), "--label", "species",
+         "--module_file", str(module), "--eval_config", str(sandbox.tmp / "penguin_eval.pbtxt"),
+         "--train_steps", "100", "--eval_steps", "5", "--no_transform_materialize",
+         "--output_root", str(out)],
+        capture_output=True, text=True, cwd=pages.PROJECT_ROOT, timeout=1200, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, pages.explain(result)
+    assert "blessed:       yes (SparseCategoricalAccuracy >= 0.6" in result.stdout
+    transform = out / "penguin-pipeline" / "pipeline_root" / "Transform"
+    outputs = os.listdir(transform)
+    assert "transform_graph" in outputs and "transformed_examples" not in outputs, outputs
