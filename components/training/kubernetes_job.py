@@ -413,13 +413,11 @@ class KubernetesJobLauncher:
         references = list((job.get("metadata") or {}).get("ownerReferences") or [])
         if any(reference.get("uid") == owner.uid for reference in references):
             return
+        self._patch_metadata(namespace, name, {"ownerReferences": [*references, owner.reference()]})
+
+    def _patch_metadata(self, namespace: str, name: str, metadata: dict) -> None:
         self.custom_api.patch_namespaced_custom_object(
-            self.GROUP,
-            self.VERSION,
-            namespace,
-            self.PLURAL,
-            name,
-            {"metadata": {"ownerReferences": [*references, owner.reference()]}},
+            self.GROUP, self.VERSION, namespace, self.PLURAL, name, {"metadata": metadata}
         )
 
     def _get(self, namespace: str, name: str) -> dict:
@@ -489,13 +487,8 @@ class KubernetesJobLauncher:
         )
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
-            self.custom_api.patch_namespaced_custom_object(
-                self.GROUP,
-                self.VERSION,
-                namespace,
-                self.PLURAL,
-                name,
-                {"metadata": {"annotations": {DEADLINE_CHECK_ANNOTATION: stamp}}},
+            self._patch_metadata(
+                namespace, name, {"annotations": {DEADLINE_CHECK_ANNOTATION: stamp}}
             )
         except ApiException as error:
             log.warning("could not annotate %s %s for its deadline: %s", self.KIND, name, error)

@@ -581,43 +581,6 @@ def test_sigterm_of_the_trainer_deletes_the_job_and_its_pods(local_cluster, tmp_
     _assert_gone(kube, job, timeout=120)
 
 
-def test_deleting_the_trainers_pod_lets_the_garbage_collector_delete_the_job(local_cluster):
-    """The Kubeflow path: the Trainer runs in a pod and the job it creates names that pod as its
-    owner; kube-controller-manager's garbage collector deletes the job, and the operator's pods
-    with it, when the Trainer's pod is deleted."""
-    from components.training import cluster as training_cluster
-    from components.training import kubernetes_job
-
-    kube = local_cluster.kube()
-    owner = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "trainer-pod", "namespace": "default"},
-        "spec": {
-            "containers": [
-                {"name": "main", "image": local_cluster.info["image"], "command": ["sleep", "600"]}
-            ]
-        },
-    }
-    kube.apply(yaml.safe_dump(owner))
-    uid = kube.get("-n", "default", "pod", "trainer-pod")["metadata"]["uid"]
-    launcher = _launcher(local_cluster, command=lambda uri: ["sleep", "600"])
-    task = _task(local_cluster, "owned")
-    spec = training_cluster.ClusterSpec("multi_worker_mirrored", 2)
-    placement = kubernetes_job.Placement(
-        "default", owner=kubernetes_job.OwnerPod("trainer-pod", uid, "default")
-    )
-    manifest = launcher.manifest(kubernetes_job.job_name(task), spec, "/unused", placement)
-    launcher._create(manifest, "default", placement.owner)
-    job = manifest["metadata"]["name"]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(_job_pods(kube, job)) < 2:
-        time.sleep(1)
-    assert len(_job_pods(kube, job)) == 2
-    kube.kubectl("-n", "default", "delete", "pod", "trainer-pod", "--wait=false")
-    _assert_gone(kube, job, timeout=180)
-
-
 def _compiled_trainer(tmp_path) -> tuple[dict, dict, list]:
     """A GPU Trainer compiled by `run_kubeflow.py compile` (sized to fit one small node): its
     resources (PipelineSpec), node selector and tolerations (PlatformSpec)."""

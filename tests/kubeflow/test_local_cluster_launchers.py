@@ -621,6 +621,92 @@ def test_a_job_in_another_namespace_is_not_owned_by_the_trainer_pod(
     _gone(api, flavor, other, name)
 
 
+_TRAINER_IN_A_POD = textwrap.dedent(
+    """
+    import json, sys
+    from components.training import cluster, tfjob
+    from components.training import loop as training
+    from components.training import settings as settings_lib
+    from components.training.settings import TFJobConfig
+
+    settings, task_file = json.loads(sys.argv[1]), sys.argv[2]
+    # No clients, no namespace, no owner given: in a pod the launcher finds its service account
+    # (in-cluster config), its namespace (the account's namespace file) and its own pod
+    # (KFP_POD_NAME, from the downward API as KFP sets it), the job's owner.
+    launcher = tfjob.TFJobLauncher(settings_lib.from_dict(TFJobConfig, settings))
+    spec = cluster.ClusterSpec("multi_worker_mirrored", workers=2)
+    launcher.run(spec, training.load_task(task_file))
+    """
+)
+
+
+def test_the_trainer_in_a_pod_owns_its_tfjob_and_deleting_that_pod_deletes_the_job(
+    local_cluster, api, teams, staged_module
+):
+    """The Kubeflow path: the Trainer's launcher runs in a pod of the project's image as the
+    profile's account; the TFJob it creates is in its namespace and owned by its pod, and
+    deleting that pod (a cancelled run) deletes the job and its pods (the Trainer's SIGTERM
+    handler and the garbage collector both act on it)."""
+    from kubernetes import client as k8s
+
+    flavor, team = TFJOB, teams[TFJOB.kind]
+    settings = _settings(local_cluster, flavor, team, delete_policy="never")
+    task = _run_fn_task(local_cluster, staged_module, "trainer-in-a-pod", "wait")
+    task_file = os.path.join(task.model_run_dir, "task.json")
+    os.makedirs(task.model_run_dir, exist_ok=True)
+    task.save(task_file)
+    trainer = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer-in-a-pod"},
+        "spec": {
+            "serviceAccountName": ACCOUNT,
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": settings.run_as_user},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": local_cluster.info["image"],
+                    "command": [
+                        "python",
+                        "-c",
+                        _TRAINER_IN_A_POD,
+                        settings_lib.dumps(settings),
+                        task_file,
+                    ],
+                    "env": [
+                        {
+                            "name": kubernetes_job.POD_NAME_ENV,
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                        }
+                    ],
+                    "volumeMounts": [{"name": "shared", "mountPath": local_cluster.shared}],
+                }
+            ],
+            "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": team.pvc}}],
+        },
+    }
+    pod = api.apply(trainer, team.namespace)
+    name = kubernetes_job.job_name(task)
+    core = k8s.CoreV1Api(api.api_client())
+    selector = f"{flavor.pod_label}={name}"
+    deadline = time.monotonic() + 240
+    while len(core.list_namespaced_pod(team.namespace, label_selector=selector).items) < 2:
+        state = core.read_namespaced_pod(pod["metadata"]["name"], team.namespace).status.phase
+        assert state in ("Pending", "Running"), core.read_namespaced_pod_log(
+            pod["metadata"]["name"], team.namespace
+        )[-3000:]
+        assert time.monotonic() < deadline, "the Trainer's job never got its pods"
+        time.sleep(1)
+    job = _job(api, flavor, team.namespace, name)
+    assert [(owner["kind"], owner["uid"]) for owner in job["metadata"]["ownerReferences"]] == [
+        ("Pod", pod["metadata"]["uid"])
+    ]
+    assert ACCOUNT in yaml.safe_dump(job["spec"])
+    core.delete_namespaced_pod(pod["metadata"]["name"], team.namespace)
+    _gone(api, flavor, team.namespace, name)
+
+
 def test_deleting_the_trainer_pod_garbage_collects_the_trainjob_and_its_pods(
     local_cluster, api, teams, staged_module, tmp_path
 ):
