@@ -11,11 +11,12 @@
 - The sandbox (pause) program: Kubernetes' own build/pause/linux/pause.c from the same
   k8s.io/kubernetes module, linked statically with gcc.
 - Kubeflow Pipelines (`build_kfp`, for `up --kfp`): KFP's API server, persistence agent, driver
-  and launcher, one `go build` in the module go/kfp (kubeflow/pipelines at tag 2.14.3's commit,
+  and launcher, `go build` in the module go/kfp (kubeflow/pipelines at tag 2.14.3's commit,
   its `api` and `kubernetes_platform` modules generated from vendored protos: kfp_protos.py);
   key: a hash of go.mod, go.sum, the protos and the Go release. Argo's workflow-controller and
-  argoexec v3.6.7 and the S3 server (versitygw v1.8.0, Apache-2.0), each `go install` as the
-  controllers are, with their releases stamped in as their own Makefiles do. All static (CGO off).
+  argoexec v3.6.7 (module go/argo) and the S3 server (versitygw v1.8.0, Apache-2.0), built as
+  the controllers are, with their releases stamped in as their own Makefiles do. All static: CGO
+  off, but for KFP's API server, which needs cgo and is linked statically (KFP_CGO says why).
 
 Builds that do not depend on each other run at the same time (`build_all`); each writes its log
 beside its output, and a failure names that log and its last lines.
