@@ -24,7 +24,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """The session's builds and shared fixtures (tests/session.py), after pytest's slowest
-    test phases."""
+    test phases; in the controller only (an xdist worker runs this hook too, into no terminal,
+    and would take the records first)."""
+    if hasattr(config, "workerinput"):
+        return
     lines = test_session.phase_lines()
     if lines:
         terminalreporter.section("builds and shared fixtures (wall time)")
