@@ -551,10 +551,9 @@ class KubernetesJobLauncher:
             message += (
                 f" (deadline {self.settings.active_deadline_seconds}s, --job_deadline_seconds)"
             )
+        # _report_restarts recorded every failed pod of this poll, and of earlier ones.
         for pod in pods:
-            failure = restarts.failures.get(pod.metadata.uid) or self._pod_failure_text(
-                namespace, pod
-            )
+            failure = restarts.failures.get(pod.metadata.uid)
             if failure:
                 return message + failure
         if restarts.failures:
