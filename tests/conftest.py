@@ -8,8 +8,8 @@ import pytest
 
 import pipeline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before any TensorFlow import)
 from pipeline import datasets
+from tests import prewarm, system_packages, workers
 from tests import session as test_session
-from tests import system_packages, workers
 
 _MISSING = pytest.StashKey[list]()
 
@@ -20,6 +20,14 @@ def _needed(item: pytest.Item) -> set[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     test_session.start_phase_log(config)
+    if not hasattr(config, "workerinput"):
+        prewarm.open_claim()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Whatever ended the session: no early build keeps running (tests/prewarm.py)."""
+    if not hasattr(config, "workerinput"):
+        prewarm.stop()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -28,6 +36,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     and would take the records first)."""
     if hasattr(config, "workerinput"):
         return
+    for line in prewarm.stop():
+        terminalreporter.write_line(f"tests: an early build failed (its fixture retried): {line}")
     lines = test_session.phase_lines()
     if lines:
         terminalreporter.section("builds and shared fixtures (wall time)")
@@ -56,6 +66,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(f"unknown system_packages marker names: {sorted(unknown)}")
     say = test_session.say(session.config)
     session.config.stash[_MISSING] = system_packages.ensure(needed, say)
+    if not session.config.option.collectonly:
+        uses = [(item.nodeid.split("::")[0], item.fixturenames) for item in session.items]
+        prewarm.start(prewarm.needed(uses), say)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -6,6 +6,7 @@ because the local cluster's KFP build (builds.build_kfp) needs protoc too."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -20,6 +21,14 @@ def python_of(name: str) -> str:
 def ensure(name: str, pins: list[str], python: str | None = None) -> str:
     """The interpreter of ~/.cache/tfx-scaleout/<name>, made (again) when its pins changed."""
     folder = os.path.join(ROOT, name)
+    os.makedirs(ROOT, exist_ok=True)
+    # Two processes at once (the test session's early builds and a test) make it once.
+    with open(os.path.join(ROOT, f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure(name, folder, pins, python)
+
+
+def _ensure(name: str, folder: str, pins: list[str], python: str | None) -> str:
     marker = os.path.join(folder, "tfx-scaleout-pins.txt")
     text = "".join(f"{pin}\n" for pin in pins)
     if os.path.exists(marker):

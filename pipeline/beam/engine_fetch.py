@@ -18,6 +18,8 @@ Which versions, and why: see pipeline/beam/engines.py and docs/beam.md."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -302,13 +304,23 @@ def spark_job_server_jar(beam: str = BEAM_JOB_SERVER_VERSION, spark: str = SPARK
     return launcher
 
 
+@contextlib.contextmanager
+def _one_at_a_time(engine: str):
+    """Holds the cache's lock for `engine`: two processes fetching at once (the test session's
+    early fetch and a test's) fetch once, the second then finds the cache complete."""
+    os.makedirs(cache_root(), exist_ok=True)
+    with open(os.path.join(cache_root(), f".{engine}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def fetch() -> tuple[str, str]:
     """Flink's home and Beam's Flink job server jar, cached."""
-    os.makedirs(cache_root(), exist_ok=True)
-    return flink_home(), flink_job_server_jar()
+    with _one_at_a_time("flink"):
+        return flink_home(), flink_job_server_jar()
 
 
 def fetch_spark() -> tuple[str, str]:
     """Spark's home and Beam's Spark job server jar, cached."""
-    os.makedirs(cache_root(), exist_ok=True)
-    return spark_home(), spark_job_server_jar()
+    with _one_at_a_time("spark"):
+        return spark_home(), spark_job_server_jar()

@@ -9,66 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import time
 
 import pytest
 import yaml
 
 from kubeflow import run_kubeflow
-from pipeline import datasets
 from tests import session
-from tests.kubeflow import variants
-
-ROOT = datasets.PROJECT_ROOT
-BASE = "localhost/tfx-scaleout-base:py3.10-bookworm"
-IMAGE = "localhost/tfx-scaleout:ci-test"
-
-
-def _ensure_tools() -> None:
-    if os.geteuid() != 0:
-        session.unavailable("debootstrap (kubeflow/local_base.sh) needs root")
-    info = subprocess.run(["podman", "info"], capture_output=True, text=True)
-    if info.returncode != 0:
-        session.unavailable(f"podman does not run here: {info.stderr.strip()[-500:]}")
-
-
-def _script(name: str, *args: str, env: dict[str, str]) -> float:
-    started = time.monotonic()
-    result = subprocess.run(
-        ["bash", os.path.join(ROOT, "kubeflow", name), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    return time.monotonic() - started
+from tests.kubeflow import project_image, variants
 
 
 @pytest.fixture(scope="session")
 def image() -> str:
-    """The base (when missing) and the image, built by the project's scripts."""
-    _ensure_tools()
-    env = dict(
-        os.environ,
-        ENGINE="podman",
-        LOCAL_BASE_IMAGE=BASE,
-        BASE_IMAGE=BASE,
-        BEAM_BOOT_IMAGE="no-beam-boot",
-    )
-    with session.phase("image: kubeflow/local_base.sh (the base, when missing)"):
-        base_seconds = _script("local_base.sh", env=env)
-    with session.phase("image: kubeflow/build_images.sh --cpu-only"):
-        build_seconds = _script(
-            "build_images.sh", "--no-push", "--cpu-only", "--tag", "ci-test", env=env
-        )
-    print(f"\nlocal base: {base_seconds:.0f} s; image build: {build_seconds:.0f} s")
-    # Each rebuild under the same tag leaves the image it replaced dangling, with its layers:
-    # on a machine that runs the suite again and again they would fill the disk.
-    pruned = subprocess.run(["podman", "image", "prune", "--force"], capture_output=True, text=True)
-    assert pruned.returncode == 0, pruned.stderr[-2000:]
-    return IMAGE
+    """The base (when missing) and the image, built by the project's scripts, once per session
+    (tests/kubeflow/project_image.py; the session's early builds may have built it already)."""
+    try:
+        return project_image.build()
+    except RuntimeError as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 CLUSTER_PACKAGES = (
