@@ -12,6 +12,7 @@ from tests import prewarm, system_packages, workers
 from tests import session as test_session
 
 _MISSING = pytest.StashKey[list]()
+_PREWARM_SAID = pytest.StashKey[bool]()
 
 
 def _needed(item: pytest.Item) -> set[str]:
@@ -43,6 +44,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("builds and shared fixtures (wall time)")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """The controller prints once what the first worker started in the background."""
+    config = node.config
+    if not config.stash.get(_PREWARM_SAID, False):
+        line = prewarm.started_line()
+        if line:
+            config.stash[_PREWARM_SAID] = True
+            test_session.say(config)(line)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

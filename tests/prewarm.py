@@ -163,9 +163,20 @@ def start(names: list[str], say: Callable[[str], None]) -> None:
                 start_new_session=True,
                 env=dict(os.environ, PYTEST_XDIST_WORKER="prewarm"),
             )
-        claim.write(f"{process.pid}\n")
-    what = "; ".join(BUILDS[name][0] for name in names)
-    say(f"tests: started the session's builds together in the background: {what} (log: {log})")
+        what = "; ".join(BUILDS[name][0] for name in names)
+        line = f"tests: the session's builds started at once, in the background: {what} ({log})"
+        claim.write(f"{process.pid}\n{line}\n")
+    say(line)
+
+
+def started_line() -> str:
+    """What `start` said, for the controller of an xdist session (its workers print nothing)."""
+    path = os.environ.get(CLAIM_ENV, "")
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path) as claim:
+        lines = claim.read().splitlines()
+    return lines[1] if len(lines) > 1 else ""
 
 
 def stop() -> list[str]:
@@ -175,7 +186,7 @@ def stop() -> list[str]:
     if not path or not os.path.exists(path):
         return []
     with open(path) as claim:
-        text = claim.read().strip()
+        text = claim.readline().strip()
     if text:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int(text), signal.SIGKILL)

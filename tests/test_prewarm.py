@@ -55,8 +55,9 @@ def test_one_process_of_the_session_starts_them_and_the_end_of_the_session_stops
         prewarm.start(["kfp-local"], lines.append)
         prewarm.start(["kfp-local"], lines.append)  # another worker: already claimed
         assert len(lines) == 1 and "kfp.local's own venv" in lines[0], lines
+        assert prewarm.started_line() == lines[0]  # what an xdist controller prints
         with open(claim) as handle:
-            pid = int(handle.read())
+            pid = int(handle.readline())
         deadline = time.monotonic() + 900  # a machine without the venv builds it (pip)
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.5)
