@@ -33,6 +33,7 @@ BENCHMARKS = (
     ("scale_bad_input", None),
     ("wide_transform", None),
     ("wide_model", None),
+    ("high_cardinality", None),
     ("portable_runner", None),
     ("flink_runner", None),
     ("training_throughput", None),

@@ -104,7 +104,10 @@ def known_rows(choice: flags.DatasetChoice) -> int | None:
         return images.DIGITS_COUNT
     if choice.kind == datasets.PENGUINS:
         facts = preflight.check_dataset(
-            datasets.local_dataset(choice, ""), choice.delimiter, choice.keep_columns
+            datasets.local_dataset(choice, ""),
+            choice.delimiter,
+            choice.keep_columns,
+            choice.keep_text_columns,
         )
         return facts.rows - facts.rows_without_label
     return None
@@ -140,7 +143,9 @@ def kubeflow_dataset(choice: flags.DatasetChoice) -> DatasetConfig:
         dataset = datasets.local_dataset(choice, "")
         schema_path = _shipped_schema(datasets.PENGUINS, choice.schema or dataset.schema_path)
         # The same file the image carries: task, delimiter, exclusions and types checked here.
-        facts = preflight.check_dataset(dataset, choice.delimiter, choice.keep_columns)
+        facts = preflight.check_dataset(
+            dataset, choice.delimiter, choice.keep_columns, choice.keep_text_columns
+        )
         return dataclasses.replace(
             preflight.resolved(dataset, facts),
             data_root=image_path(dataset.data_root),

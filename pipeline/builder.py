@@ -412,6 +412,9 @@ def _transform(config: PipelineConfig, examples, schema):
         transform_executor.NUM_SHARDS_CONFIG_KEY: config.transform_shards,
         **(image_transform_config(dataset.image_size) if dataset.is_images else {}),
     }
+    if dataset.timestamp_columns and not user.preprocessing_fn:
+        # Only where it changes the result: other runs keep their cache keys.
+        project_config[features.TIMESTAMP_COLUMNS_CONFIG] = list(dataset.timestamp_columns)
     clash = sorted(set(user.custom_config_dict()) & set(project_config))
     if clash:
         raise ConfigError(

@@ -73,6 +73,9 @@ class DatasetConfig:
     # Columns that are not features: never written by ExampleGen (--exclude_columns, likely
     # identifiers of an inferred schema, columns a curated schema marks DISABLED).
     excluded_columns: tuple[str, ...] = ()
+    # Text columns read as timestamps (the pre-flight check finds them in an inferred schema):
+    # the project's preprocessing_fn turns each into numbers (components.ml.timestamps).
+    timestamp_columns: tuple[str, ...] = ()
 
     @property
     def is_images(self) -> bool:

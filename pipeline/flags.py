@@ -183,6 +183,14 @@ def add_dataset_flags(parser: argparse.ArgumentParser, *, data_flag: str, where:
         "(near-unique strings, left out of an inferred schema)",
     )
     parser.add_argument(
+        "--keep_text_columns",
+        type=_column_list,
+        default=(),
+        help="comma-separated columns to keep as text (a vocabulary) although every value is a "
+        "date or date and time (read as timestamps by an inferred schema: hour, day of week "
+        "and a continuous time)",
+    )
+    parser.add_argument(
         "--image_size",
         type=int,
         default=datasets.DIGITS_IMAGE_SIZE,
@@ -206,6 +214,7 @@ class DatasetChoice:
     delimiter: str | None = None
     exclude_columns: tuple[str, ...] = ()
     keep_columns: tuple[str, ...] = ()
+    keep_text_columns: tuple[str, ...] = ()
 
 
 def dataset_choice(args: argparse.Namespace) -> DatasetChoice:
@@ -235,6 +244,7 @@ def dataset_choice(args: argparse.Namespace) -> DatasetChoice:
         "--delimiter": args.delimiter is not None,
         "--exclude_columns": bool(args.exclude_columns),
         "--keep_columns": bool(args.keep_columns),
+        "--keep_text_columns": bool(args.keep_text_columns),
     }
     given = [name for name, value in csv_only.items() if value]
     if images and given:
@@ -254,6 +264,7 @@ def dataset_choice(args: argparse.Namespace) -> DatasetChoice:
         "delimiter": delimiter,
         "exclude_columns": tuple(args.exclude_columns),
         "keep_columns": tuple(args.keep_columns),
+        "keep_text_columns": tuple(args.keep_text_columns),
     }
     if args.images is not None:
         return DatasetChoice("images", location=args.images, **common)
@@ -334,6 +345,11 @@ def with_user_code(
             "--no_transform_materialize gives the Trainer ExampleGen's raw examples: it is for a "
             "run_fn of yours (--module_file or --run_fn) that applies the transform graph itself; "
             "the project's Trainer reads Transform's examples"
+        )
+    if user.preprocessing_fn and dataset.timestamp_columns:
+        # The user's preprocessing_fn gets the raw columns; only the project's parses timestamps.
+        config = dataclasses.replace(
+            config, dataset=dataclasses.replace(dataset, timestamp_columns=())
         )
     training = config.training
     if user.model_fn:

@@ -80,6 +80,9 @@ class CsvFacts:
     # The dataset's, the schema's DISABLED ones, then the identifiers left out.
     excluded_columns: tuple[str, ...]
     identifiers: tuple[Identifier, ...]
+    # Text columns of an inferred schema whose every value is a date or date and time: parsed
+    # into numbers by the project's preprocessing (components.ml.timestamps), unless kept as text.
+    timestamps: tuple[str, ...] = ()
 
     @property
     def description(self) -> str:
@@ -268,27 +271,32 @@ class _ColumnRoles:
     label_type: str
     table: pa.Table
     identifiers: list[Identifier]
+    timestamps: list[str] = dataclasses.field(default_factory=list)
 
 
 def check_dataset(
-    dataset: DatasetConfig, delimiter: str | None = None, keep_columns=()
+    dataset: DatasetConfig, delimiter: str | None = None, keep_columns=(), keep_text_columns=()
 ) -> CsvFacts:
     """Reads the CSV files once (the label column; every column for an inferred schema) and
     returns the facts the runner needs: files, columns, total bytes, schema column types, the
     task (dataset.task "auto" resolved), the delimiter (sniffed unless given), the excluded
     columns (the dataset's, the schema's DISABLED ones, likely identifiers of an inferred
-    schema unless in keep_columns) and the identifiers found. Raises InputError naming the file,
-    the column and what to do."""
+    schema unless in keep_columns), the identifiers found and the timestamp columns (text columns
+    of an inferred schema whose every value is a date or date and time, unless in
+    keep_text_columns). Raises InputError naming the file, the column and what to do."""
     files = input_files(dataset)
     delimiter = delimiter or sniff_delimiter(files[0])
     first_path, columns = _shared_header(files, delimiter)
     hint = csv_reader.one_column_hint(columns, delimiter)
     _check_named_columns(dataset, keep_columns, first_path, columns, hint)
+    _check_named_columns(
+        dataset, keep_text_columns, first_path, columns, hint, "--keep_text_columns"
+    )
     if dataset.schema_path:
         schema = load_schema(dataset.schema_path)
         roles = _roles_by_schema(dataset, schema, files, delimiter, first_path, columns, hint)
     else:
-        roles = _roles_inferred(dataset, files, delimiter, columns, keep_columns)
+        roles = _roles_inferred(dataset, files, delimiter, columns, keep_columns, keep_text_columns)
     _check_features_left(dataset.label_key, roles.excluded, first_path, columns, hint)
     label_values = roles.table.column(dataset.label_key)
     return CsvFacts(
@@ -302,6 +310,7 @@ def check_dataset(
         delimiter=delimiter,
         excluded_columns=tuple(roles.excluded),
         identifiers=tuple(roles.identifiers),
+        timestamps=tuple(roles.timestamps),
     )
 
 
@@ -318,7 +327,9 @@ def _shared_header(files: list[str], delimiter: str) -> tuple[str, list[str]]:
     return first_path, columns
 
 
-def _check_named_columns(dataset: DatasetConfig, keep_columns, first_path, columns, hint) -> None:
+def _check_named_columns(
+    dataset: DatasetConfig, keep_columns, first_path, columns, hint, flag="--keep_columns"
+) -> None:
     """The label and the columns the flags name are in the header."""
     label = dataset.label_key
     if label not in columns:
@@ -334,7 +345,7 @@ def _check_named_columns(dataset: DatasetConfig, keep_columns, first_path, colum
     unknown = [name for name in keep_columns if name not in columns]
     if unknown:
         raise InputError(
-            f"--keep_columns names column(s) {unknown} that {first_path} does not have; "
+            f"{flag} names column(s) {unknown} that {first_path} does not have; "
             f"columns are {columns}"
         )
 
@@ -397,17 +408,28 @@ def _check_schema_columns(
 
 
 def _roles_inferred(
-    dataset: DatasetConfig, files, delimiter: str, columns, keep_columns
+    dataset: DatasetConfig, files, delimiter: str, columns, keep_columns, keep_text_columns=()
 ) -> _ColumnRoles:
-    """No curated schema: every column not excluded is read, the label's type is inferred, and
-    likely identifiers (unless kept) are left out too."""
+    """No curated schema: every column not excluded is read, the label's type is inferred,
+    timestamp columns (unless kept as text) are found, and likely identifiers (unless kept) are
+    left out too. A timestamp is never taken for an identifier: its parts are numbers."""
+    from components.ml import timestamps as timestamp_parts
+
     label = dataset.label_key
     excluded = list(dataset.excluded_columns)
     candidates = [name for name in columns if name not in excluded]
     table = _read_columns(files, dataset, delimiter, columns, candidates)
     label_type = csv_reader.infer_column_type(table.column(label))
+    timestamps = [
+        name
+        for name in candidates
+        if name != label
+        and name not in keep_text_columns
+        and timestamp_parts.is_timestamp_column(table.column(name))
+    ]
     identifiers = likely_identifiers(
-        table, [n for n in candidates if n != label and n not in keep_columns]
+        table,
+        [n for n in candidates if n != label and n not in keep_columns and n not in timestamps],
     )
     return _ColumnRoles(
         excluded=excluded + [identifier.name for identifier in identifiers],
@@ -415,6 +437,7 @@ def _roles_inferred(
         label_type=label_type,
         table=table,
         identifiers=identifiers,
+        timestamps=timestamps,
     )
 
 
@@ -490,6 +513,7 @@ def resolved(dataset: DatasetConfig, facts: Facts) -> DatasetConfig:
         task=facts.task,
         delimiter=facts.delimiter,
         excluded_columns=facts.excluded_columns,
+        timestamp_columns=facts.timestamps,
     )
 
 

@@ -125,7 +125,9 @@ def build_config(
     if dataset.is_images:
         facts = preflight.check_images(dataset)
     else:
-        facts = preflight.check_dataset(dataset, choice.delimiter, choice.keep_columns)
+        facts = preflight.check_dataset(
+            dataset, choice.delimiter, choice.keep_columns, choice.keep_text_columns
+        )
         preflight.check_rows_without_label(facts, args.max_rejected_fraction)
     dataset = dataclasses.replace(
         preflight.resolved(dataset, facts), infer_feature_shape=not args.no_infer_feature_shape

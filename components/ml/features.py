@@ -24,6 +24,9 @@ LABEL_KEY_CONFIG = "label_key"
 # "classification" (label vocabulary, softmax head) or "regression" (z-scored label, linear head).
 TASK_CONFIG = "task"
 CLASSIFICATION, REGRESSION = "classification", "regression"
+# Text columns read as timestamps (a list of names): each becomes three numeric features
+# (components.ml.timestamps).
+TIMESTAMP_COLUMNS_CONFIG = "timestamp_columns"
 # Images: side of the square the transform graph resizes to, and the model architecture.
 IMAGE_SIZE_CONFIG = "image_size"
 IMAGE_MODEL_CONFIG = "image_model"

@@ -5,7 +5,8 @@ build_model is another.
 
 The model is built from the Transform output: float features go in as they are (z-scores, missing
 indicators), integer features are vocabulary indices and are one-hot encoded with the vocabulary
-size. Serving export: components.ml.export; input pipeline: components.ml.inputs.
+size (an embedding for vocabularies of more than ONE_HOT_MAX_INDICES). Serving export:
+components.ml.export; input pipeline: components.ml.inputs.
 """
 
 from __future__ import annotations
@@ -305,12 +306,25 @@ class StackColumns(keras.layers.Layer):
         return {**super().get_config(), "offsets": list(self.offsets)}
 
 
+# Vocabulary columns of more indices than this are embedded, not one-hot encoded: a one-hot of
+# thousands of values (a tail number, an id-like code) made every step multiply a
+# [batch, thousands] mostly-zero matrix by the first layer's weights and update all of them
+# (issue 46); a gather of EMBEDDING_WIDTH numbers per row costs the same at any vocabulary size.
+ONE_HOT_MAX_INDICES = 256
+EMBEDDING_WIDTH = 16
+
+
 def tabular_inputs(model_inputs: ModelInputs) -> tuple[dict[str, Any], Any]:
     """The built-in model's inputs (one per feature, named after it) and their encoding: every
-    vocabulary index one-hot in its own range of one multi-hot vector (the concatenation of the
-    per-column one-hots, built by one stack and one CategoryEncoding whatever the column count),
-    then the float features (z-scores, missing indicators) stacked beside it."""
-    inputs, indices, depths, floats = {}, [], [], []
+    vocabulary index of at most ONE_HOT_MAX_INDICES one-hot in its own range of one multi-hot
+    vector (the concatenation of the per-column one-hots, built by one stack and one
+    CategoryEncoding whatever the column count); every larger vocabulary's index looked up in
+    one embedding table (each column its own rows of it, EMBEDDING_WIDTH numbers a column; one
+    stack and one gather whatever the column count); then the float features (z-scores,
+    missing indicators) stacked beside them."""
+    inputs, floats = {}, []
+    one_hot: tuple[list, list[int]] = ([], [])
+    embedded: tuple[list, list[int]] = ([], [])
     for name, spec in sorted(model_inputs.feature_spec.items()):
         if spec.dtype == tf.int64:
             depth = model_inputs.vocabulary_sizes.get(name)
@@ -320,19 +334,29 @@ def tabular_inputs(model_inputs: ModelInputs) -> tuple[dict[str, Any], Any]:
                     "one-hot encodes vocabulary indices (tft.compute_and_apply_vocabulary)"
                 )
             inputs[name] = keras.Input(shape=(), name=name, dtype=tf.int64)
-            indices.append(inputs[name])
-            depths.append(depth)
+            group = one_hot if depth <= ONE_HOT_MAX_INDICES else embedded
+            group[0].append(inputs[name])
+            group[1].append(depth)
         else:
             inputs[name] = keras.Input(shape=(), name=name, dtype=tf.float32)
             floats.append(inputs[name])
     encoded = []
-    if indices:
-        # Column i's indices [0, depth_i) move to [offset_i, offset_i + depth_i).
-        offsets = [sum(depths[:i]) for i in range(len(depths))]
-        stacked = StackColumns(offsets, name="vocabulary_indices")(indices)
+    # Column i's indices [0, depth_i) move to [offset_i, offset_i + depth_i).
+    if one_hot[0]:
+        offsets = [sum(one_hot[1][:i]) for i in range(len(one_hot[1]))]
+        stacked = StackColumns(offsets, name="vocabulary_indices")(one_hot[0])
         encoded.append(
-            keras.layers.CategoryEncoding(num_tokens=sum(depths), output_mode="multi_hot")(stacked)
+            keras.layers.CategoryEncoding(num_tokens=sum(one_hot[1]), output_mode="multi_hot")(
+                stacked
+            )
         )
+    if embedded[0]:
+        offsets = [sum(embedded[1][:i]) for i in range(len(embedded[1]))]
+        stacked = StackColumns(offsets, name="embedded_indices")(embedded[0])
+        vectors = keras.layers.Embedding(
+            sum(embedded[1]), EMBEDDING_WIDTH, name="vocabulary_embeddings"
+        )(stacked)
+        encoded.append(keras.layers.Reshape((len(embedded[0]) * EMBEDDING_WIDTH,))(vectors))
     if floats:
         encoded.append(StackColumns(name="float_features")(floats))
     x = keras.layers.Concatenate()(encoded) if len(encoded) > 1 else encoded[0]
@@ -341,8 +365,8 @@ def tabular_inputs(model_inputs: ModelInputs) -> tuple[dict[str, Any], Any]:
 
 def tabular_model(model_inputs: ModelInputs) -> keras.Model:
     """The built-in MLP, as a model hook: float features as they are (z-scores, missing
-    indicators), vocabulary indices one-hot encoded (tabular_inputs); a softmax or one linear
-    unit on top."""
+    indicators), vocabulary indices one-hot encoded or, for large vocabularies, embedded
+    (tabular_inputs); a softmax or one linear unit on top."""
     inputs, x = tabular_inputs(model_inputs)
     return tabular_head(model_inputs, inputs, x)
 

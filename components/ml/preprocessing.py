@@ -30,7 +30,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorflow_transform import schema_inference
 
-from components.ml import features, vocabularies
+from components.ml import features, timestamps, vocabularies
 
 NUM_OOV_BUCKETS = 1
 
@@ -148,6 +148,9 @@ def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
         )
     if task not in (features.CLASSIFICATION, features.REGRESSION):
         raise ValueError(f"task must be classification or regression, got {task!r}")
+    inputs = _with_timestamp_parts(
+        inputs, custom_config.get(features.TIMESTAMP_COLUMNS_CONFIG) or (), label_key
+    )
     label = inputs[label_key]
     regression = task == features.REGRESSION
     if regression and label.dtype == tf.string:
@@ -166,6 +169,30 @@ def preprocessing_fn(inputs: dict, custom_config: dict) -> dict:
     outputs = _numeric_outputs(numeric, label_key, dense_label if regression else None)
     outputs.update(_text_outputs(text, label_key, None if regression else dense_label))
     return outputs
+
+
+def _with_timestamp_parts(inputs: dict, columns, label_key: str) -> dict:
+    """The inputs with each timestamp column (custom_config[TIMESTAMP_COLUMNS_CONFIG], found by
+    the pre-flight check) replaced by its numeric parts (components.ml.timestamps): hour of the
+    day, day of the week and a continuous time, sparse where a value is missing or unparsed."""
+    inputs = dict(inputs)
+    for column in columns:
+        if column == label_key or column not in inputs or inputs[column].dtype != tf.string:
+            raise ValueError(
+                f"timestamp column {column!r} ({features.TIMESTAMP_COLUMNS_CONFIG}) is not a text "
+                f"feature of the schema (features {sorted(inputs)}, label {label_key!r})"
+            )
+        names = timestamps.part_names(column)
+        clash = sorted(set(names) & set(inputs))
+        if clash:
+            raise ValueError(
+                f"timestamp column {column!r} becomes {names}, but the data already has "
+                f"column(s) {clash}: rename them, or keep {column!r} as text "
+                "(--keep_text_columns)"
+            )
+        for name, part in zip(names, timestamps.numeric_parts(inputs.pop(column), tf), strict=True):
+            inputs[name] = part
+    return inputs
 
 
 def _as_float(value):

@@ -4,8 +4,11 @@
 and a 3-class string label that a linear model learns from them. Vectorized with numpy and
 written with pyarrow's CSV writer: 1M rows in seconds, identical bytes for the same seed.
 
-A flights-like regression (`--flights`, `write_flights`): 19 columns (3 text) and the arrival
-delay, the shape of the issue-30 measurements of training on long tables.
+A flights-like regression (`--flights`, `write_flights`): nycflights13's `flights` columns
+(18 and the arrival delay; text columns of 16, 3, 105, 4,044 and 6,935 values: carrier, origin,
+dest, the tail number and an hourly timestamp; an integer flight code; 2.8 % of the rows without
+the label), the shape of the issue-30 and issue-46 measurements of training on long tables;
+`--cardinality` scales the tail numbers and the timestamps.
 
 Wide tables (`write_wide`): any number of columns, half text with 8 values each, half numeric
 (every other one with missing values), and a 3-class label learnt from a few of them; the shape
@@ -185,71 +188,146 @@ def write_wide(out_dir: str, rows: int, columns: int, seed: int = 0) -> tuple[st
 
 
 FLIGHTS_LABEL_KEY = "arr_delay"
+# nycflights13's `flights` (336,776 rows): its columns in its order, and the distinct values of
+# its text columns and its integer flight code.
+FLIGHTS_COLUMNS = (
+    "year", "month", "day", "dep_time", "sched_dep_time", "dep_delay", "arr_time",
+    "sched_arr_time", "arr_delay", "carrier", "flight", "tailnum", "origin", "dest", "air_time",
+    "distance", "hour", "minute", "time_hour",
+)  # fmt: skip
 FLIGHTS_CARRIERS = 16
-FLIGHTS_DESTINATIONS = 100
+FLIGHTS_ORIGINS = ("EWR", "JFK", "LGA")
+FLIGHTS_DESTINATIONS = 105
+FLIGHTS_FLIGHT_CODES = 3_844
+FLIGHTS_TAIL_NUMBERS = 4_044
+FLIGHTS_DAYS = 365
+FLIGHTS_HOURS = tuple(range(5, 24))  # scheduled departures 05:00-23:59: 19 hours a day
+# Rows without the label: cancelled (no departure, no arrival) and diverted (no arrival);
+# 9,430 of 336,776 (2.8 %) in the real table, so a run needs --max_rejected_fraction 0.05.
+FLIGHTS_CANCELLED = 0.0245
+FLIGHTS_DIVERTED = 0.0035
+# Rows without a tail number (mostly cancelled flights; 0.75 % in the real table).
+FLIGHTS_NO_TAIL = 0.0075
 
 
-def flights_table(rows: int, seed: int):
-    """A pyarrow Table shaped like a year of one city's departures (19 columns and the label,
-    the arrival delay in minutes: a regression): dates and scheduled times, a carrier of 16, an
-    origin of 3, a destination of 100 (each with its distance), the departure delay (heavy
-    tailed; missing for the 2 % cancelled, with their departure and air times), and the
-    arrival delay = departure delay + a route and carrier effect + noise."""
+def flights_cardinalities(cardinality: float = 1.0) -> dict[str, int]:
+    """The distinct values the look-alike draws each text column from: carrier, origin and dest as
+    the real table's; tailnum and time_hour (days x 19 hourly slots) scaled by `cardinality`
+    (1.0: the real table's 4,044 and 6,935; 0.025: about 100 and 171)."""
+    if not cardinality > 0:
+        raise ValueError(f"cardinality must be > 0, got {cardinality}")
+    days = max(1, round(FLIGHTS_DAYS * cardinality))
+    return {
+        "carrier": FLIGHTS_CARRIERS,
+        "origin": len(FLIGHTS_ORIGINS),
+        "dest": FLIGHTS_DESTINATIONS,
+        "tailnum": max(1, round(FLIGHTS_TAIL_NUMBERS * cardinality)),
+        "time_hour": days * len(FLIGHTS_HOURS),
+    }
+
+
+def flights_table(rows: int, seed: int, cardinality: float = 1.0):
+    """A pyarrow Table shaped like nycflights13's `flights` (its 19 columns in its order; the
+    label, the arrival delay in minutes: a regression): dates and scheduled times over
+    flights_cardinalities' days, a carrier of 16, an origin of 3, a destination of 105 (each
+    with its distance), an integer flight code of 3,844, a tail number (`N123AB`; each plane
+    flies for one carrier and has its own delay; missing in 0.75 % of the rows) and the hourly
+    timestamp `time_hour` (`2013-01-01 05:00:00`; a day's weather delays every flight of it);
+    the departure delay is heavy tailed, and cancelled (2.45 %: no dep/arr times, delays or air
+    time) and diverted (0.35 %: no arrival) rows have no label. The same (rows, seed,
+    cardinality) gives the same table."""
     import numpy as np
     import pyarrow as pa
 
+    sizes = flights_cardinalities(cardinality)
+    days = sizes["time_hour"] // len(FLIGHTS_HOURS)
     rng = np.random.default_rng([seed, rows])
-    month = rng.integers(1, 13, rows)
-    day = rng.integers(1, 29, rows)
-    hour = rng.integers(5, 24, rows)
+    # Per-value effects depend on the seed and the cardinality only (not the rows).
+    fixed = np.random.default_rng([seed, sizes["tailnum"], days])
+    day_index = rng.integers(0, days, rows)
+    date = np.datetime64("2013-01-01") + day_index
+    year = date.astype("datetime64[Y]").astype(np.int64) + 1970
+    month = date.astype("datetime64[M]").astype(np.int64) % 12 + 1
+    day = (date - date.astype("datetime64[M]")).astype(np.int64) + 1
+    hour = rng.choice(np.array(FLIGHTS_HOURS), rows)
     minute = rng.integers(0, 60, rows)
-    carrier = rng.integers(0, FLIGHTS_CARRIERS, rows)
-    origin = rng.integers(0, 3, rows)
+    tail = rng.integers(0, sizes["tailnum"], rows)
+    tail_carrier = fixed.integers(0, FLIGHTS_CARRIERS, sizes["tailnum"])
+    carrier = tail_carrier[tail]
+    origin = rng.integers(0, len(FLIGHTS_ORIGINS), rows)
     dest = rng.integers(0, FLIGHTS_DESTINATIONS, rows)
-    route_distance = np.random.default_rng(seed).integers(80, 4000, FLIGHTS_DESTINATIONS)
+    codes = np.sort(fixed.choice(np.arange(1, 8_501), FLIGHTS_FLIGHT_CODES, replace=False))
+    flight = codes[rng.integers(0, FLIGHTS_FLIGHT_CODES, rows)]
+    route_distance = np.random.default_rng(seed).integers(80, 4_000, FLIGHTS_DESTINATIONS)
     distance = route_distance[dest] + 20 * origin
     air_time = np.round(distance / 8.0 + 15 + rng.normal(0, 8, rows)).astype(np.int64)
-    # Late departures: most flights near on time, a long tail later in the day.
-    dep_delay = np.round(rng.exponential(10 + hour, rows) - rng.exponential(8, rows)).astype(
-        np.int64
-    )
-    carrier_effect = np.random.default_rng(seed + 1).normal(0, 6, FLIGHTS_CARRIERS)
-    arr_delay = np.round(
-        dep_delay - 6 + 0.004 * distance + carrier_effect[carrier] + rng.normal(0, 9, rows)
+    day_weather = fixed.exponential(6.0, days)
+    # Late departures: most flights near on time, a long tail later in the day and on bad days.
+    dep_delay = np.round(
+        rng.exponential(10 + hour + day_weather[day_index], rows) - rng.exponential(8, rows)
     ).astype(np.int64)
-    cancelled = rng.random(rows) < 0.02
+    carrier_effect = np.random.default_rng(seed + 1).normal(0, 6, FLIGHTS_CARRIERS)
+    tail_effect = fixed.normal(0, 3, sizes["tailnum"])
+    arr_delay = np.round(
+        dep_delay
+        - 6
+        + 0.004 * distance
+        + carrier_effect[carrier]
+        + tail_effect[tail]
+        + 0.3 * day_weather[day_index]
+        + rng.normal(0, 9, rows)
+    ).astype(np.int64)
+    outcome = rng.random(rows)
+    cancelled = outcome < FLIGHTS_CANCELLED
+    no_arrival = outcome < FLIGHTS_CANCELLED + FLIGHTS_DIVERTED
+    no_tail = rng.random(rows) < FLIGHTS_NO_TAIL
     sched_dep = hour * 100 + minute
     dep_minutes = (hour * 60 + minute + np.maximum(dep_delay, -30)) % 1440
     arr_minutes = (dep_minutes + air_time + 20) % 1440
+    sched_arr = (hour * 60 + minute + air_time + 20) % 1440
+    letters = np.array(list("ABCDEFGHJKLMNPRSTUVWXYZ"))
+    tail_names = np.array(
+        [
+            f"N{100 + (i * 7919) % 900}{letters[i % 23]}{letters[(i // 23) % 23]}"
+            + ("" if i < 23 * 23 * 900 else str(i))
+            for i in range(sizes["tailnum"])
+        ]
+    )
+    hours = np.char.zfill(hour.astype(str), 2)
+    time_hour = np.char.add(np.char.add(date.astype(str), " "), np.char.add(hours, ":00:00"))
     table = {
+        "year": year,
         "month": month,
-        "week": (month - 1) * 4 + (day - 1) // 7 + 1,
         "day": day,
         "dep_time": pa.array((dep_minutes // 60) * 100 + dep_minutes % 60, mask=cancelled),
         "sched_dep_time": sched_dep,
         "dep_delay": pa.array(dep_delay, mask=cancelled),
-        "arr_time": pa.array((arr_minutes // 60) * 100 + arr_minutes % 60, mask=cancelled),
-        "sched_arr_time": ((hour * 60 + minute + air_time + 20) % 1440 // 60) * 100,
+        "arr_time": pa.array((arr_minutes // 60) * 100 + arr_minutes % 60, mask=no_arrival),
+        "sched_arr_time": (sched_arr // 60) * 100 + sched_arr % 60,
+        FLIGHTS_LABEL_KEY: pa.array(arr_delay, mask=no_arrival),
         "carrier": pa.array(np.array([f"C{c:02d}" for c in range(FLIGHTS_CARRIERS)])[carrier]),
-        "flight": rng.integers(1, 8000, rows),
-        "origin": pa.array(np.array(["EWR", "JFK", "LGA"])[origin]),
+        "flight": flight,
+        "tailnum": pa.array(tail_names[tail], mask=no_tail),
+        "origin": pa.array(np.array(FLIGHTS_ORIGINS)[origin]),
         "dest": pa.array(np.array([f"D{d:03d}" for d in range(FLIGHTS_DESTINATIONS)])[dest]),
-        "air_time": pa.array(air_time, mask=cancelled),
+        "air_time": pa.array(air_time, mask=no_arrival),
         "distance": distance,
         "hour": hour,
         "minute": minute,
-        "day_of_week": (month * 31 + day) % 7,
-        "quarter": (month - 1) // 3 + 1,
-        "night": (hour >= 21).astype(int),
-        FLIGHTS_LABEL_KEY: arr_delay,
+        "time_hour": pa.array(time_hour),
     }
+    assert tuple(table) == FLIGHTS_COLUMNS
     return pa.table(table)
 
 
-def write_flights(out_dir: str, rows: int, files: int = 1, seed: int = 0) -> list[str]:
+def write_flights(
+    out_dir: str, rows: int, files: int = 1, seed: int = 0, cardinality: float = 1.0
+) -> list[str]:
     """flights_table's rows in `files` CSV files under out_dir (flights-00000.csv, ...)."""
+    if rows < 1 or files < 1:
+        raise ValueError(f"rows and files must be >= 1, got rows={rows}, files={files}")
     os.makedirs(out_dir, exist_ok=True)
-    table = flights_table(rows, seed)
+    table = flights_table(rows, seed, cardinality)
     paths = []
     for index in range(files):
         start, end = index * rows // files, (index + 1) * rows // files
@@ -274,10 +352,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"a flights-like regression table instead (19 columns, label {FLIGHTS_LABEL_KEY})",
     )
+    parser.add_argument(
+        "--cardinality",
+        type=float,
+        default=1.0,
+        help="with --flights: scales the distinct values of the text columns tailnum and "
+        "time_hour (1.0: the real table's 4,044 and 6,935; 0.025: about 100 and 171)",
+    )
     args = parser.parse_args(argv)
+    if args.cardinality != 1.0 and not args.flights:
+        parser.error("--cardinality applies to --flights tables only")
     if args.flights:
-        paths = write_flights(args.out, args.rows, args.files, args.seed)
-        run = f"--data {args.out} --label {FLIGHTS_LABEL_KEY}"
+        paths = write_flights(args.out, args.rows, args.files, args.seed, args.cardinality)
+        run = f"--data {args.out} --label {FLIGHTS_LABEL_KEY} --max_rejected_fraction 0.05"
     else:
         paths = write_synth(args.out, args.rows, args.files, args.seed)
         run = f"--data {args.out} --label {SYNTH_LABEL_KEY} --schema schemas/{SYNTH}/schema.pbtxt"

@@ -76,6 +76,12 @@ def describe_columns(
             f"  left out as likely identifiers ({what}): {listed}; "
             f"--keep_columns {','.join(i.name for i in found)} keeps them as features\n"
         )
+    if dataset.timestamp_columns:
+        listed = ", ".join(dataset.timestamp_columns)
+        out.write(
+            f"  read as timestamps (hour, day of week, time): {listed}; "
+            f"--keep_text_columns {','.join(dataset.timestamp_columns)} keeps them as text\n"
+        )
     if facts.rows_without_label:
         out.write(
             f"  {facts.rows_without_label} row(s) have no label: ExampleGen rejects and "

@@ -182,15 +182,21 @@ def test_forced_delimiter_that_leaves_one_column_gets_a_hint(write_csv):
 def test_near_unique_strings_are_left_out_unless_kept(write_csv):
     values = [(f"2024-01-{i:02d}", f"p{i}", i % 3, "ab"[i % 2]) for i in range(1, 31)]
     write_csv("a.csv", rows("date,name,x,y", values))
+    # A date is read as a timestamp (numbers), not taken for an identifier.
     facts = preflight.check_dataset(csv_dataset(write_csv.dir))
-    assert facts.excluded_columns == ("date", "name")
-    assert [identifier.name for identifier in facts.identifiers] == ["date", "name"]
-    kept = preflight.check_dataset(csv_dataset(write_csv.dir), keep_columns=("date",))
+    assert facts.excluded_columns == ("name",) and facts.timestamps == ("date",)
+    # Kept as text, the near-unique dates are an identifier again.
+    as_text = preflight.check_dataset(csv_dataset(write_csv.dir), keep_text_columns=("date",))
+    assert as_text.excluded_columns == ("date", "name") and as_text.timestamps == ()
+    assert [identifier.name for identifier in as_text.identifiers] == ["date", "name"]
+    kept = preflight.check_dataset(
+        csv_dataset(write_csv.dir), keep_columns=("date",), keep_text_columns=("date",)
+    )
     assert kept.excluded_columns == ("name",)
     excluded = preflight.check_dataset(
-        csv_dataset(write_csv.dir, excluded_columns=("x",)), keep_columns=("date",)
+        csv_dataset(write_csv.dir, excluded_columns=("x",)), keep_columns=("name",)
     )
-    assert excluded.excluded_columns == ("x", "name")
+    assert excluded.excluded_columns == ("x",)
 
 
 def test_excluded_column_must_exist(write_csv):
@@ -413,3 +419,24 @@ def test_rows_without_label_beyond_the_allowed_fraction_stop_before_any_componen
     assert message.startswith(f"3 of 20 row(s) (15.0%) in {write_csv.dir}/a.csv have no value")
     assert "--max_rejected_fraction 0.1" in message and "to at least 0.15" in message
     assert "\n" not in message
+
+
+def test_timestamp_columns_are_found_by_parsing_every_value(write_csv):
+    values = [
+        (f"2013-{1 + i % 12:02d}-{1 + i % 28:02d} {i % 24:02d}:00:00", f"2013-01-{1 + i % 9:02d}",
+         f"2013-02-{1 + i % 28:02d}", "ab"[i % 2])
+        for i in range(40)
+    ]  # fmt: skip
+    # One impossible date (Feb 30) in the last row: that column stays text.
+    values.append(("2013-03-01 05:00:00", "2013-01-02", "2013-02-30", "a"))
+    write_csv("a.csv", rows("time_hour,day,bad,y", values))
+    facts = preflight.check_dataset(csv_dataset(write_csv.dir))
+    assert facts.timestamps == ("time_hour", "day")
+    resolved = preflight.resolved(csv_dataset(write_csv.dir), facts)
+    assert resolved.timestamp_columns == ("time_hour", "day")
+    kept = preflight.check_dataset(csv_dataset(write_csv.dir), keep_text_columns=("day",))
+    assert kept.timestamps == ("time_hour",)
+    with pytest.raises(
+        preflight.InputError, match=r"--keep_text_columns names column\(s\) \['when'\]"
+    ):
+        preflight.check_dataset(csv_dataset(write_csv.dir), keep_text_columns=("when",))

@@ -110,6 +110,7 @@ def test_data_given_a_file_says_to_pass_its_directory(capsys, tmp_path, write_cs
         (["--delimiter", ";;"], "--delimiter must be one character"),
         (["--exclude_columns", "a", "--keep_columns", "a"], "in both --exclude_columns and"),
         (["--data", "d", "--label", "y", "--exclude_columns", "y"], "names the label column"),
+        (["--images", "x", "--keep_text_columns", "t"], "--keep_text_columns: for CSV data"),
     ],
 )
 def test_column_and_task_flag_rules(capsys, flags, message):
@@ -117,6 +118,16 @@ def test_column_and_task_flag_rules(capsys, flags, message):
         run_local.main(flags)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_keep_text_columns_names_a_column_the_files_lack(capsys, tmp_path, write_csv):
+    write_csv("rows.csv", "when,b\n2013-01-01,x\n2013-01-02,y\n")
+    code = run_local.main(
+        ["--data", write_csv.dir, "--label", "b", "--output_root", str(tmp_path / "o")]
+        + ["--keep_text_columns", "whem"]
+    )
+    assert code == run_local.EXIT_BAD_INPUT
+    assert "--keep_text_columns names column(s) ['whem']" in capsys.readouterr().err
 
 
 def test_one_class_label_stops_before_any_component(capsys, tmp_path, write_csv):

@@ -212,3 +212,57 @@ def test_tabular_inputs_encode_every_vocabulary_column_as_its_own_one_hot():
     np.testing.assert_array_equal(encoder(batch).numpy(), expected)
     # The built-in model on top reads the same named inputs, one per feature.
     assert sorted(model.tabular_model(model_inputs).input_names) == sorted(spec)
+
+
+def test_tabular_inputs_embed_vocabularies_of_many_values_in_one_table():
+    """A vocabulary of more than ONE_HOT_MAX_INDICES indices is embedded, not one-hot encoded:
+    each such column gets its own rows of one embedding table (EMBEDDING_WIDTH numbers), after
+    the one-hot part; a small vocabulary stays one-hot."""
+    from components.training.settings import TrainingConfig
+
+    big = model.ONE_HOT_MAX_INDICES + 1
+    spec = {
+        "tail_xf": tf.io.FixedLenFeature([], tf.int64),
+        "hour_xf": tf.io.FixedLenFeature([], tf.int64),
+        "small_xf": tf.io.FixedLenFeature([], tf.int64),
+        "x_xf": tf.io.FixedLenFeature([], tf.float32),
+    }
+    depths = {"tail_xf": 4_045, "hour_xf": big, "small_xf": 3}
+    model_inputs = model.ModelInputs(
+        feature_spec=spec,
+        label_key="label_xf",
+        task=features.REGRESSION,
+        class_names=(),
+        vocabulary_sizes=depths,
+        image_shape=None,
+        settings=TrainingConfig(),
+        custom_config={},
+        tf_transform_output=None,
+    )
+    inputs, encoded = model.tabular_inputs(model_inputs)
+    encoder = tf.keras.Model(inputs, encoded)
+    width = model.EMBEDDING_WIDTH
+    assert encoder.output_shape == (None, 3 + 2 * width + 1)
+    (table,) = encoder.get_layer("vocabulary_embeddings").get_weights()
+    assert table.shape == (big + 4_045, width)
+    batch = {
+        "tail_xf": np.array([0, 4_044, 7]),
+        "hour_xf": np.array([big - 1, 0, 5]),
+        "small_xf": np.array([2, 0, 1]),
+        "x_xf": np.array([0.5, -1.0, 2.0], np.float32),
+    }
+    # Name order: hour_xf's rows first, then tail_xf's.
+    expected = np.concatenate(
+        [np.eye(3)[batch["small_xf"]], table[batch["hour_xf"]], table[big + batch["tail_xf"]]]
+        + [batch["x_xf"][:, None]],
+        axis=1,
+    )
+    np.testing.assert_allclose(encoder(batch).numpy(), expected, rtol=1e-6)
+    regressor = model.tabular_model(model_inputs)
+    assert regressor.output_shape == (None, 1)
+    # Trained on them, only the rows looked up move.
+    before = regressor.get_layer("vocabulary_embeddings").get_weights()[0].copy()
+    regressor.fit(batch, np.array([1.0, -1.0, 0.0], np.float32), epochs=1, verbose=0)
+    after = regressor.get_layer("vocabulary_embeddings").get_weights()[0]
+    moved = np.flatnonzero(np.abs(after - before).sum(axis=1) > 0)
+    assert sorted(moved) == sorted([big - 1, 0, 5, big + 0, big + 4_044, big + 7])

@@ -53,6 +53,23 @@ def test_start_lines_name_excluded_columns_identifiers_and_unlabelled_rows(tmp_p
     ]
 
 
+def test_start_lines_name_timestamp_columns_and_the_flag_that_keeps_them(tmp_path, write_csv):
+    text = "when,x,y\n" + "".join(
+        f"2013-01-{1 + i % 28:02d} {i % 24:02d}:00:00,{i % 4},{'ab'[i % 2]}\n" for i in range(30)
+    )
+    write_csv("rows.csv", text)
+    dataset = datasets.user_csv(write_csv.dir, "y")
+    facts = preflight.check_dataset(dataset)
+    config = config_lib.local_config(
+        dataset=preflight.resolved(dataset, facts), output_root=str(tmp_path)
+    )
+    assert config.dataset.timestamp_columns == ("when",)
+    assert _start_lines(config, facts)[3:] == [
+        "  read as timestamps (hour, day of week, time): when; "
+        "--keep_text_columns when keeps them as text",
+    ]
+
+
 def test_start_lines_for_image_folders_have_no_column_lines(tmp_path):
     from pipeline.datasets import images as image_data
 

@@ -1,0 +1,263 @@
+"""Text columns of thousands of values at the cost of few (issue 46), on the flights look-alike.
+
+    python -m benchmarks.high_cardinality [--quick] [--rows N] [--rounds K] [--work_dir DIR]
+
+1. The Trainer's step, side by side in one process: the built-in model over the flights
+   look-alike's transformed features with the real table's text columns (tail numbers 4,046
+   indices, the hourly timestamp as text: 6,936) against ~100-value ones (cardinality 0.025:
+   102 and 172), the same columns; as the input layer is (vocabularies of more than
+   model.ONE_HOT_MAX_INDICES indices embedded) and as it was (every vocabulary one-hot in one
+   multi-hot: ONE_HOT_MAX_INDICES set past every vocabulary), and as a run sees them now (the
+   timestamp read as 3 numbers). One constant in-memory batch, so only the model's step is
+   timed; K rounds alternating (common.alternate_fit_rounds), the median kept. Target: 4,000-
+   value step within 1.5x of the 100-value one.
+2. The whole run (`pipeline/run_local.py`, cold, a fresh output directory each) on a generated
+   table of N rows at cardinality 1.0 and 0.025: seconds per component and in all, the MSE
+   skill, and the Evaluator's seconds per eval example against the Trainer's per training
+   example and epoch (target: within 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import common
+
+STEPS, WARM = 100, 10
+BATCHES = (256, 2048)  # the Trainer's batch at 60,000 and at 300,000 rows
+TEXT_SIZES = {
+    # vocabulary indices (values + the OOV bucket) of the flights look-alike's text columns
+    "real": {"carrier": 17, "origin": 4, "dest": 106, "tailnum": 4_046, "time_hour": 6_936},
+    "~100 values": {"carrier": 17, "origin": 4, "dest": 106, "tailnum": 102, "time_hour": 172},
+}
+NUMERIC = [
+    "year",
+    "month",
+    "day",
+    "dep_time",
+    "sched_dep_time",
+    "dep_delay",
+    "arr_time",
+    "sched_arr_time",
+    "flight",
+    "air_time",
+    "distance",
+    "hour",
+    "minute",
+]
+MISSING = ("dep_time", "dep_delay", "arr_time", "air_time")
+STEP_TARGET = 1.5
+EVALUATOR_TARGET = 1.5
+
+
+def model_inputs(sizes: dict[str, int], timestamp_as_numbers: bool):
+    import tensorflow as tf
+
+    from components.ml import features, model, timestamps
+    from components.training.settings import TrainingConfig
+
+    text = {f"{name}_xf": size for name, size in sizes.items()}
+    floats = [f"{name}_xf" for name in NUMERIC] + [f"{name}_missing_xf" for name in MISSING]
+    if timestamp_as_numbers:
+        del text["time_hour_xf"]
+        floats += [f"{name}_xf" for name in timestamps.part_names("time_hour")]
+    spec = {name: tf.io.FixedLenFeature([], tf.int64) for name in text}
+    spec.update({name: tf.io.FixedLenFeature([], tf.float32) for name in floats})
+    return model.ModelInputs(
+        feature_spec=spec,
+        label_key="arr_delay_xf",
+        task=features.REGRESSION,
+        class_names=(),
+        vocabulary_sizes=text,
+        image_shape=None,
+        settings=TrainingConfig(),
+        custom_config={},
+        tf_transform_output=None,
+    )
+
+
+def constant_batch(inputs, batch: int, seed: int = 0):
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    values = {
+        name: rng.integers(0, inputs.vocabulary_sizes[name], batch)
+        if spec.dtype == tf.int64
+        else rng.standard_normal(batch).astype(np.float32)
+        for name, spec in inputs.feature_spec.items()
+    }
+    labels = rng.standard_normal(batch).astype(np.float32)
+    return tf.data.Dataset.from_tensors((values, labels)).repeat()
+
+
+def build(inputs, one_hot_everything: bool):
+    from components.ml import model
+
+    if not one_hot_everything:
+        return model.tabular_model(inputs)
+    saved = model.ONE_HOT_MAX_INDICES
+    model.ONE_HOT_MAX_INDICES = 10**9  # the input layer before issue 46: one-hot only
+    try:
+        return model.tabular_model(inputs)
+    finally:
+        model.ONE_HOT_MAX_INDICES = saved
+
+
+def step_rows(batch: int, rounds: int) -> list[common.Row]:
+    """Median ms per step of each variant at `batch`, and the ratios real / ~100 values."""
+    variants = {}
+    for sizes_name, sizes in TEXT_SIZES.items():
+        for label, as_numbers, one_hot in (
+            ("now (timestamp as numbers, large vocabularies embedded)", True, False),
+            ("timestamp kept as text, embedded", False, False),
+            ("before (all one-hot)", False, True),
+        ):
+            inputs = model_inputs(sizes, as_numbers)
+            variants[(label, sizes_name)] = (build(inputs, one_hot), constant_batch(inputs, batch))
+    names = {key: f"{key[0]} / {key[1]}" for key in variants}
+    wall, cpu = common.alternate_fit_rounds(
+        {names[key]: value[0] for key, value in variants.items()},
+        {names[key]: value[1] for key, value in variants.items()},
+        STEPS,
+        rounds,
+        WARM,
+    )
+    median = {key: statistics.median(wall[names[key]]) for key in variants}
+    cpu_median = {key: statistics.median(cpu[names[key]]) for key in variants}
+    for key in variants:
+        print(
+            f"  step, batch {batch}: {names[key]}: {median[key]:.2f} ms (CPU {cpu_median[key]:.2f})"
+        )
+    rows = []
+    for label in dict.fromkeys(key[0] for key in variants):
+        real, few = (label, "real"), (label, "~100 values")
+        rows.append(
+            common.Row(
+                f"Trainer step, batch {batch}, real vs ~100-value text columns: {label}",
+                median[real],
+                median[few],
+                "ms/step",
+                target=STEP_TARGET if label.startswith("now") else None,
+                higher_is_better=False,
+                note=f"CPU ms/step {cpu_median[real]:.2f} vs {cpu_median[few]:.2f}",
+            )
+        )
+    return rows
+
+
+def whole_run(data_dir: str, output_root: str, *extra: str) -> dict:
+    """pipeline/run_local.py on data_dir, cold; seconds per component and in all, the MSE skill,
+    the eval and train rows and the epochs run, from its summary."""
+    from pipeline.datasets import synthetic
+
+    command = [
+        common.PYTHON, os.path.join(common.PROJECT_ROOT, "pipeline", "run_local.py"),
+        "--data", data_dir, "--label", synthetic.FLIGHTS_LABEL_KEY,
+        "--max_rejected_fraction", "0.05", "--output_root", output_root, *extra,
+    ]  # fmt: skip
+    started = time.monotonic()
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=False, env=common.child_env(),
+        cwd=common.PROJECT_ROOT,
+    )  # fmt: skip
+    wall = time.monotonic() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr[-3000:]}")
+    out = result.stdout
+    components = {
+        name: float(seconds)
+        for name, seconds in re.findall(r"\(\d+/\d+\) (\w+) executed in ([\d.]+)s", out)
+    }
+    epochs = re.findall(r"epoch (\d+)/\d+:", out)
+    stopped = re.search(r"early stopping at epoch (\d+)/", out)
+    train, evaluated = re.search(r"examples:\s+train (\d+), eval (\d+)", out).groups()
+    return {
+        "total": float(re.search(r"finished in ([\d.]+)s", out).group(1)),
+        "wall": wall,
+        "components": components,
+        "skill": float(re.search(r"mean_squared_error_skill ([\d.]+)", out).group(1)),
+        "epochs": int(stopped.group(1)) if stopped else int(epochs[-1]) if epochs else 1,
+        "train": int(train),
+        "eval": int(evaluated),
+    }
+
+
+def run_rows(rows_count: int, work_dir: str) -> list[common.Row]:
+    from pipeline.datasets import synthetic
+
+    measured = {}
+    for name, cardinality in (("real", 1.0), ("~100 values", 0.025)):
+        data_dir = os.path.join(work_dir, f"flights-{cardinality}")
+        synthetic.write_flights(data_dir, rows_count, files=1, seed=0, cardinality=cardinality)
+        measured[name] = whole_run(data_dir, os.path.join(work_dir, f"out-{cardinality}"))
+        print(f"  whole run, {rows_count} rows, {name}: {measured[name]}", flush=True)
+    rows = []
+    real, few = measured["real"], measured["~100 values"]
+    rows.append(
+        common.Row(
+            f"whole run, {rows_count} rows, real vs ~100-value text columns",
+            real["total"],
+            few["total"],
+            "s",
+            higher_is_better=False,
+            note=", ".join(f"{k} {v:.1f}" for k, v in real["components"].items() if v >= 1),
+        )
+    )
+    rows.append(
+        common.Row(
+            f"MSE skill, {rows_count} rows, real vs ~100-value text columns",
+            real["skill"],
+            few["skill"],
+            "skill",
+        )
+    )
+    for name, result in measured.items():
+        trainer = result["components"]["Trainer"] / (result["train"] * result["epochs"])
+        evaluator = result["components"]["Evaluator"] / result["eval"]
+        rows.append(
+            common.Row(
+                f"Evaluator vs Trainer, s per example pass, {rows_count} rows, {name}",
+                evaluator * 1e6,
+                trainer * 1e6,
+                "us/example",
+                target=EVALUATOR_TARGET,
+                higher_is_better=False,
+                note=f"{result['epochs']} epochs of {result['train']} rows; {result['eval']} eval",
+            )
+        )
+    return rows
+
+
+def run(quick: bool, work_dir: str | None = None, rows: int | None = None, rounds: int = 3):
+    out = []
+    for batch in BATCHES[:1] if quick else BATCHES:
+        out += step_rows(batch, 2 if quick else rounds)
+    with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
+        out += run_rows(rows or (20_000 if quick else 300_000), scratch)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="batch 256 only, 20,000 rows")
+    parser.add_argument("--rows", type=int, default=None, help="whole-run rows (300,000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--work_dir", default=None)
+    args = parser.parse_args(argv)
+    print(f"load average {os.getloadavg()}", flush=True)
+    rows = run(args.quick, args.work_dir, args.rows, args.rounds)
+    print(f"load average {os.getloadavg()}", flush=True)
+    print(common.format_table(rows))
+    return 0 if all(row.passed is not False for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
