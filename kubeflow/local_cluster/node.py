@@ -136,6 +136,7 @@ class Daemon:
     argv: list[str]
     ready: dict  # {"http": URL, "ca": PATH|None, "token": STR|None} or {"socket": PATH}
     timeout: float = 120.0
+    env: dict = dataclasses.field(default_factory=dict)  # added to the supervisor's
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
