@@ -329,6 +329,14 @@ def _container(name: str, image: str, **fields) -> dict:
         "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}},
         **fields,
     }
+    # client-go's streaming list (WatchListClient) needs the API server's RequestWatchProgress,
+    # which etcd 3.4 (Debian's) lacks: the API server ends every such watch ("the required
+    # storage feature RequestWatchProgress is disabled") and the informers see changes only at
+    # their next relist; seen with Argo's task results, which then arrive after the controller
+    # has evaluated the next task's `when` ("Invalid 'when' expression
+    # '{{tasks.X-driver.outputs.parameters.cached-decision}} != true'"). Plain list+watch.
+    container["env"] = [{"name": "KUBE_FEATURE_WatchListClient", "value": "false"}]
+    container["env"] += fields.get("env", [])
     container["volumeMounts"] = [
         {"name": "tmp", "mountPath": "/tmp"},
         *fields.get("volumeMounts", []),
