@@ -66,14 +66,15 @@ class MlmdServer:
 
         described = service.DESCRIPTOR.services_by_name["MetadataStoreService"]
         handlers = {method.name: self._handler(method) for method in described.methods}
-        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
-        self.server.add_generic_rpc_handlers(
+        server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+        server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(described.full_name, handlers),)
         )
-        self.port = self.server.add_insecure_port(self.listen)
+        self.port = server.add_insecure_port(self.listen)
         if not self.port:
             raise OSError(f"cannot listen on {self.listen}")
-        self.server.start()
+        server.start()
+        self.server = server
         return self
 
     def stop(self) -> None:
