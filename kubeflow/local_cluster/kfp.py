@@ -56,6 +56,7 @@ MLMD_PORT = 8080
 API_NODE_PORT = 30888
 API_GRPC_NODE_PORT = 30887
 BUCKET = "mlpipeline"
+S3_REGION = "minio"
 PIPELINE_DB = "mlpipeline"
 MLMD_DB = "metadb"
 DB_USER = "kfp"
@@ -227,6 +228,9 @@ def daemons(kfp_layout: KfpLayout, mariadbd: str, versitygw: str) -> list[node.D
             [
                 versitygw,
                 f"--port={node.NODE_IP}:{S3_PORT}",
+                # The region KFP's launcher signs with for minio:// roots
+                # (v2/objectstore/config.go); the API server is told the same.
+                f"--region={S3_REGION}",
                 "--health=/health",
                 "posix",
                 kfp_layout.s3_root,
@@ -482,6 +486,7 @@ def manifests(references: dict[str, str], keys: dict[str, str]) -> str:
                         {"name": "OBJECTSTORECONFIG_HOST", "value": f"minio-service.{NAMESPACE}"},
                         {"name": "OBJECTSTORECONFIG_PORT", "value": str(S3_PORT)},
                         {"name": "OBJECTSTORECONFIG_SECURE", "value": "false"},
+                        {"name": "OBJECTSTORECONFIG_REGION", "value": S3_REGION},
                         {"name": "OBJECTSTORECONFIG_BUCKETNAME", "value": BUCKET},
                         _secret_env(
                             "OBJECTSTORECONFIG_ACCESSKEY", "mlpipeline-minio-artifact", "accesskey"

@@ -344,6 +344,7 @@ def daemons(layout: Layout, pki, binaries: dict[str, str], tools: dict[str, str]
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 "--profiling=false",
+                "--watch-cache=false",
                 f"--cert-dir={layout.pki}",
             ],
             {"http": f"{api}/readyz", "ca": pki.ca_cert, "token": admin},
