@@ -42,6 +42,8 @@ def _probe(ready: dict) -> bool:
         with contextlib.suppress(OSError), socket.create_connection((address, int(port)), 2):
             return True
         return False
+    if "cri" in ready:  # the CRI answers (containerd's socket takes calls before it does)
+        return _cri_ready(ready["cri"])
     if "socket" in ready:
         import socket
 
@@ -60,6 +62,25 @@ def _probe(ready: dict) -> bool:
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def _cri_ready(socket_path: str) -> bool:
+    """CRI's RuntimeService/Version succeeds: until containerd's CRI plugin has initialized it
+    answers "server is not initialized yet", and a kubelet started then exits ("validate CRI v1
+    runtime API")."""
+    import grpc
+
+    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        version = channel.unary_unary(
+            "/runtime.v1.RuntimeService/Version",
+            request_serializer=lambda request: request,
+            response_deserializer=lambda response: response,
+        )
+        try:
+            version(b"", timeout=5)  # an empty VersionRequest
+        except grpc.RpcError:
+            return False
+    return True
 
 
 def _tail(path: str, lines: int = 15) -> str:
