@@ -40,6 +40,7 @@ SHARED_FIXTURES = frozenset(
         "compiled",  # the documents of those files (the same files' users)
         "image",  # the project's image, built with podman
         "local_cluster",  # the single-node cluster (kubeflow.local_cluster), its operators
+        "kfp_cluster",  # Kubeflow Pipelines on that cluster (up --kfp)
     }
 )
 CHEAP_FIXTURES = frozenset({"penguins_csv", "penguins_schema_path"})
@@ -68,6 +69,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         # After test_local_cluster.py (collection order): its first test runs before the
         # session's cluster is up.
         "tests/kubeflow/test_local_cluster_launchers.py",
+        "tests/kubeflow/test_local_cluster_kfp.py",
     ),
     "kubeflow-variants": (
         "tests/kubeflow/test_conformance.py",

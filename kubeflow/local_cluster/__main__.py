@@ -12,7 +12,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m kubeflow.local_cluster",
         description="A single-node Kubernetes cluster on this machine (root; Debian packages, "
-        "Go): Kubernetes built from source, the Training Operator and Kubeflow Trainer.",
+        "Go): Kubernetes built from source, the Training Operator and Kubeflow Trainer, and "
+        "with `up --kfp` Kubeflow Pipelines.",
     )
     parser.add_argument(
         "--root",
@@ -33,6 +34,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated: training-operator, jobset, trainer (trainer brings jobset); "
         "'none' for none",
     )
+    up.add_argument(
+        "--kfp",
+        action="store_true",
+        help="Kubeflow Pipelines 2.14.3 too (MariaDB, versitygw, the MLMD gRPC server, KFP's API "
+        "server and persistence agent, Argo's workflow controller); on a cluster that is up, "
+        "adds it",
+    )
     load = commands.add_parser(
         "load", help="load the project's image (again, after a rebuild) into the running node"
     )
@@ -51,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             if unknown:
                 print(f"up: --operators: unknown {', '.join(unknown)}", file=sys.stderr)
                 return 2
-            cluster.up(cluster.UpOptions(args.root, args.image, operators))
+            cluster.up(cluster.UpOptions(args.root, args.image, operators, args.kfp))
             for line in cluster.status(args.root)[1]:
                 print(line)
             return 0

@@ -509,14 +509,18 @@ def build_kfp_backend(
     return _locked_build(folder, outputs, f"{', '.join(programs)} ({what})", run, say)
 
 
+def _kfp_jobs(say: Say) -> dict[str, Callable[[], Built]]:
+    jobs: dict[str, Callable[[], Built]] = {"kfp": lambda: build_kfp_backend(say=say)}
+    for name, program in KFP_SERVICES.items():
+        jobs[name] = functools.partial(build_controller, program, say=say)
+    return jobs
+
+
 def build_kfp(say: Say = lambda _: None) -> dict[str, Built]:
     """Every program Kubeflow Pipelines needs on the cluster (KFP_PROGRAMS, built together, and
     KFP_SERVICES), started together as build_all does: build name -> Built ("kfp" holds
     KFP_PROGRAMS)."""
-    jobs: dict[str, Callable[[], Built]] = {"kfp": lambda: build_kfp_backend(say=say)}
-    for name, program in KFP_SERVICES.items():
-        jobs[name] = functools.partial(build_controller, program, say=say)
-    return _together(jobs)
+    return _together(_kfp_jobs(say))
 
 
 def _together(jobs: dict[str, Callable[[], Built]]) -> dict[str, Built]:
@@ -537,14 +541,17 @@ def _together(jobs: dict[str, Callable[[], Built]]) -> dict[str, Built]:
 
 
 def build_all(
-    say: Say = lambda _: None, controllers: Iterable[str] = tuple(CONTROLLERS)
+    say: Say = lambda _: None, controllers: Iterable[str] = tuple(CONTROLLERS), kfp: bool = False
 ) -> dict[str, Built]:
-    """Every build the cluster needs, started together; raises the first failure after all
-    have ended (so that one failure does not leave another build half done)."""
+    """Every build the cluster needs (with `kfp`, build_kfp's too), started together; raises the
+    first failure after all have ended (so that one failure does not leave another build half
+    done)."""
     jobs: dict[str, Callable[[], Built]] = {
         "kubernetes": lambda: build_kubernetes(say=say),
         "pause": lambda: build_pause(say=say),
     }
     for name in controllers:
         jobs[name] = functools.partial(build_controller, CONTROLLERS[name], say=say)
+    if kfp:
+        jobs.update(_kfp_jobs(say))
     return _together(jobs)

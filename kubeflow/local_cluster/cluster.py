@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from kubeflow.local_cluster import addons, builds, host, images, node, pki
+from kubeflow.local_cluster import addons, builds, host, images, kfp, node, pki
 
 Say = Callable[[str], None]
 
@@ -36,6 +36,8 @@ PROGRAMS = {
     "ip": "iproute2",
     "gcc": "gcc",
 }
+# What `up --kfp` drives besides (program -> package).
+KFP_PROGRAMS = {"mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server"}
 CNI_BIN = "/usr/lib/cni"
 SANDBOX_IMAGE = "pause"
 
@@ -44,21 +46,27 @@ class ClusterError(RuntimeError):
     """One line a user can act on (then, where there is one, the log that explains it)."""
 
 
-def preflight(layout: node.Layout) -> dict[str, str]:
-    """The bad states `up` refuses, each as one line; returns the programs' paths."""
-    if os.geteuid() != 0:
-        raise ClusterError(
-            "the local cluster needs root (network namespace, cgroups, containerd): run it as root"
-        )
-    paths = {program: host.which(program) for program in PROGRAMS}
-    missing = sorted({PROGRAMS[p] for p, path in paths.items() if path is None})
-    if not os.path.exists(os.path.join(CNI_BIN, "bridge")):
+def _programs(programs: dict[str, str], cni: bool) -> dict[str, str]:
+    """The programs' paths; one line naming the Debian packages missing."""
+    paths = {program: host.which(program) for program in programs}
+    missing = sorted({programs[p] for p, path in paths.items() if path is None})
+    if cni and not os.path.exists(os.path.join(CNI_BIN, "bridge")):
         missing.append("containernetworking-plugins")
     if missing:
         raise ClusterError(
             f"Debian packages missing: {', '.join(missing)}: "
             f"apt-get install -y {' '.join(sorted(missing))}"
         )
+    return {program: path for program, path in paths.items() if path}
+
+
+def preflight(layout: node.Layout, with_kfp: bool = False) -> dict[str, str]:
+    """The bad states `up` refuses, each as one line; returns the programs' paths."""
+    if os.geteuid() != 0:
+        raise ClusterError(
+            "the local cluster needs root (network namespace, cgroups, containerd): run it as root"
+        )
+    paths = _programs({**PROGRAMS, **(KFP_PROGRAMS if with_kfp else {})}, cni=True)
     if running_supervisor(layout):
         raise ClusterError(
             f"a cluster is already up (kubeconfig: {layout.kubeconfig}): "
@@ -80,7 +88,7 @@ def preflight(layout: node.Layout) -> dict[str, str]:
             f"this machine routes addresses the cluster uses ({node.HOST_IP}/{node.LINK_PREFIX}, "
             f"{node.POD_CIDR}, {node.SERVICE_CIDR}): {'; '.join(overlapping)}"
         )
-    return {program: path for program, path in paths.items() if path}
+    return paths
 
 
 def running_supervisor(layout: node.Layout) -> int | None:
@@ -114,20 +122,27 @@ class Step:
         self.say(f"✓ {title} ({seconds:.1f} s)")
 
 
-def _start_supervisor(layout: node.Layout, paths: dict[str, str]) -> subprocess.Popen:
+def _start_supervisor(
+    layout: node.Layout,
+    paths: dict[str, str],
+    plan: str = "plan.json",
+    log_path: str = "",
+    own_mounts: bool = True,
+) -> subprocess.Popen:
+    """The supervisor of `plan` in the cluster's network namespace (and, for the node's, a
+    mount namespace of its own), in a session of its own."""
     os.makedirs(layout.logs, exist_ok=True)
-    log = open(layout.supervisor_log, "ab")  # noqa: SIM115 (the supervisor keeps it)
+    log = open(log_path or layout.supervisor_log, "ab")  # noqa: SIM115 (the supervisor keeps it)
+    unshare = [paths["unshare"], "--mount", "--propagation", "private"] if own_mounts else []
     command = [
-        paths["unshare"],
-        "--mount",
-        "--propagation",
-        "private",
+        *unshare,
         paths["nsenter"],
         f"--net={host.netns_path()}",
         sys.executable,
         "-m",
         "kubeflow.local_cluster.supervisor",
         layout.run,
+        plan,
     ]
     environment = dict(os.environ, PYTHONUNBUFFERED="1")
     # The supervisor imports this package: make it importable from wherever `up` runs.
@@ -183,13 +198,16 @@ def _remove_created_dirs(layout: node.Layout) -> list[str]:
     return removed
 
 
-def _follow_supervisor(layout: node.Layout, process: subprocess.Popen, say: Say) -> None:
+def _follow_supervisor(
+    layout: node.Layout, process: subprocess.Popen, say: Say, log_path: str = ""
+) -> None:
     """Relays the supervisor's step lines until it says `running`; raises on `failed`."""
+    log_path = log_path or layout.supervisor_log
     offset = 0
     failure: list[str] = []
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        with open(layout.supervisor_log, errors="replace") as handle:
+        with open(log_path, errors="replace") as handle:
             handle.seek(offset)
             chunk = handle.read()
             offset = handle.tell()
@@ -205,11 +223,9 @@ def _follow_supervisor(layout: node.Layout, process: subprocess.Popen, say: Say)
                 return
         if process.poll() is not None:
             detail = "\n".join(failure) or f"it exited with {process.returncode}"
-            raise ClusterError(
-                f"the node did not start: {detail}\n(supervisor log: {layout.supervisor_log})"
-            )
+            raise ClusterError(f"it did not start: {detail}\n(supervisor log: {log_path})")
         time.sleep(0.3)
-    raise ClusterError(f"the node did not start in 600 s (log: {layout.supervisor_log})")
+    raise ClusterError(f"it did not start in 600 s (log: {log_path})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,16 +233,20 @@ class UpOptions:
     root: str
     image: str = ""  # the project's image in podman's store ("": none loaded)
     operators: tuple[str, ...] = ("training-operator", "jobset", "trainer")
+    kfp: bool = False  # Kubeflow Pipelines too (kfp.py); on a running cluster: only it
 
 
 def up(options: UpOptions, say: Say = print) -> dict:
     """Builds what is missing, starts the node, loads the images, installs the CRDs and the
-    controllers; returns the cluster's info (what `status` prints). A failed `up` removes what
-    it made."""
+    controllers (and with `kfp`, Kubeflow Pipelines); returns the cluster's info (what `status`
+    prints). A failed `up` removes what it made. With `kfp` on a cluster that is up, adds
+    Kubeflow Pipelines to it (a failure removes only that)."""
     layout = node.Layout(options.root)
     step = Step(say)
+    if options.kfp and running_supervisor(layout):
+        return add_kfp(options.root, say)
     with step("checking this machine"):
-        paths = preflight(layout)
+        paths = preflight(layout, options.kfp)
     try:
         return _up(layout, options, paths, step, say)
     except BaseException:
@@ -244,7 +264,9 @@ def _up(layout: node.Layout, options: UpOptions, paths: dict, step: Step, say: S
     started = time.monotonic()
     with step("building Kubernetes, CoreDNS, the operators and the sandbox (cached)"):
         built = builds.build_all(
-            say=lambda line: say(f"  {line}"), controllers=addons.controllers(options.operators)
+            say=lambda line: say(f"  {line}"),
+            controllers=addons.controllers(options.operators),
+            kfp=options.kfp,
         )
     binaries = dict(built["kubernetes"].paths)
     with step("building the controllers' images (podman)"):
@@ -310,6 +332,7 @@ def _up(layout: node.Layout, options: UpOptions, paths: dict, step: Step, say: S
         addons.install_operators(kube, built, references, options.operators)
     with step("waiting for CoreDNS and the operators to be ready"):
         addons.wait_ready(kube, options.operators)
+    kfp_info = _kfp_up(layout, built, paths, step, say) if options.kfp else None
     info = {
         "kubeconfig": layout.kubeconfig,
         "shared": layout.shared,
@@ -319,6 +342,7 @@ def _up(layout: node.Layout, options: UpOptions, paths: dict, step: Step, say: S
         "kubernetes": builds.kubernetes_version(),
         "operators": list(options.operators),
         "images": references,
+        "kfp": kfp_info,
         "up_seconds": round(time.monotonic() - started, 1),
         "steps": {title: round(seconds, 1) for title, seconds in step.timings.items()},
     }
@@ -326,6 +350,133 @@ def _up(layout: node.Layout, options: UpOptions, paths: dict, step: Step, say: S
         json.dump(info, handle, indent=1)
     say(f"cluster up in {info['up_seconds']:.0f} s")
     return info
+
+
+def _kfp_up(
+    layout: node.Layout, built: dict[str, builds.Built], paths: dict, step: Step, say: Say
+) -> dict:
+    """Kubeflow Pipelines on the running node (kfp.py says what runs where); returns its info."""
+    started = time.monotonic()
+    kfp_layout = kfp.KfpLayout(layout)
+    kube = addons.Kube(layout, built["kubernetes"].paths["kubectl"])
+    with step("building KFP's and Argo's images (podman, FROM scratch)"):
+        references = {
+            name: images.build_scratch(image, say=lambda line: say(f"  {line}"))
+            for name, image in kfp.scratch_images(built).items()
+        }
+    with step("preparing MariaDB's data folder (mariadb-install-db) and the S3 folder"):
+        kfp.prepare_mariadb(kfp_layout, paths["mariadb-install-db"])
+        kfp.write_plan(kfp_layout, paths["mariadbd"], built["versitygw"].paths["versitygw"])
+    with step(
+        "starting MariaDB, the S3 server (versitygw) and the MLMD gRPC server "
+        f"(host processes in namespace {node.NETNS}, on {node.NODE_IP})"
+    ):
+        process = _start_supervisor(
+            layout, paths, kfp_layout.plan_name, kfp_layout.supervisor_log, own_mounts=False
+        )
+        _follow_supervisor(layout, process, say, kfp_layout.supervisor_log)
+    runtime = images.Containerd(layout.containerd_socket)
+    with step("loading KFP's and Argo's images into containerd"):
+        for reference in references.values():
+            runtime.load_from_podman(reference, say=lambda line: say(f"  {line}"))
+    with step(
+        f"installing Kubeflow Pipelines in namespace {kfp.NAMESPACE}: Argo's and KFP's CRDs and "
+        "RBAC, the Services of the host processes, the workflow controller, the API server, the "
+        "persistence agent"
+    ):
+        kube.apply(kfp.manifests(references, kfp.credentials(kfp_layout)))
+    with step(f"waiting for {', '.join(kfp.DEPLOYMENTS)} to be ready"):
+        for name in kfp.DEPLOYMENTS:
+            try:
+                kube.kubectl(
+                    "-n", kfp.NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=180s"
+                )
+            except builds.BuildFailed as error:
+                report = addons.pod_report(kube, kfp.NAMESPACE)
+                raise builds.BuildFailed(
+                    f"deployment {name} not ready: {error}\n{report}"
+                ) from None
+    with step(f"asking KFP's API server from this machine ({kfp.url()}/apis/v2beta1/healthz)"):
+        health = kfp.wait_healthy()
+    say(f"Kubeflow Pipelines up in {time.monotonic() - started:.0f} s: {kfp.url()}")
+    return {
+        "url": kfp.url(),
+        "images": references,
+        "health": health,
+        "up_seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def add_kfp(root: str, say: Say = print) -> dict:
+    """Kubeflow Pipelines added to the running cluster (`up --kfp` when it is up); a failure
+    removes what this made and leaves the cluster as it was."""
+    layout = node.Layout(root)
+    step = Step(say)
+    with step("checking this machine and the running cluster"):
+        if running_supervisor(layout) is None:
+            raise ClusterError("no cluster is up: `python -m kubeflow.local_cluster up --kfp`")
+        if kfp.running(kfp.KfpLayout(layout)):
+            raise ClusterError(f"Kubeflow Pipelines is already up ({kfp.url()})")
+        paths = _programs({**KFP_PROGRAMS, "unshare": "util-linux", "nsenter": "util-linux"}, False)
+    with step("building KFP 2.14.3, Argo v3.6.7 and versitygw (cached)"):
+        built = builds.build_kfp(say=lambda line: say(f"  {line}"))
+        built["kubernetes"] = builds.Built(
+            {"kubectl": os.path.join(builds.kubernetes_cache_dir(), "kubectl")}, 0.0
+        )
+    try:
+        kfp_info = _kfp_up(layout, built, paths, step, say)
+    except BaseException:
+        say("removing what this `up --kfp` made")
+        remove_kfp(root, say=lambda line: say(f"  {line}"))
+        raise
+    kfp_info["steps"] = {title: round(seconds, 1) for title, seconds in step.timings.items()}
+    with open(layout.info) as handle:
+        info = json.load(handle)
+    info["kfp"] = kfp_info
+    with open(layout.info, "w") as handle:
+        json.dump(info, handle, indent=1)
+    return info
+
+
+def remove_kfp(root: str, say: Say = print) -> list[str]:
+    """Stops KFP's host processes and deletes its objects from the running cluster."""
+    layout = node.Layout(root)
+    kfp_layout = kfp.KfpLayout(layout)
+    removed = _stop_kfp(kfp_layout, say)
+    kubectl = os.path.join(builds.kubernetes_cache_dir(), "kubectl")
+    if running_supervisor(layout) and os.path.exists(kubectl):
+        kube = addons.Kube(layout, kubectl)
+        kube.kubectl(
+            "delete",
+            "-n",
+            kfp.NAMESPACE,
+            "deployment,service,endpointslice,configmap,secret",
+            "-l",
+            ",".join(f"{k}={v}" for k, v in kfp.LABELS.items()),
+            "--wait=false",
+            check=False,
+        )
+        removed.append("Kubeflow Pipelines' objects")
+    shutil.rmtree(kfp_layout.folder, ignore_errors=True)
+    for line in removed:
+        say(f"removed {line}")
+    return removed
+
+
+def _stop_kfp(kfp_layout: kfp.KfpLayout, say: Say) -> list[str]:
+    removed = []
+    pid = kfp.running(kfp_layout)
+    if pid is not None:
+        say(f"stopping MariaDB, the S3 server and the MLMD server (supervisor {pid})")
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while host.pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        removed.append("Kubeflow Pipelines' host processes")
+    cgroup = f"{node.CGROUP_ROOT}/kfp"
+    if host.cgroup_pids(cgroup):
+        host.kill_all(lambda: host.cgroup_pids(cgroup))
+    return removed
 
 
 def load(root: str, image: str, say: Say = print) -> bool:
@@ -364,35 +515,57 @@ def status(root: str) -> tuple[bool, list[str]]:
         f"shared: {layout.shared}",
         f"image: {info.get('image', '')}",
         f"api: https://{node.NODE_IP}:{node.API_PORT}",
-        f"supervisor: running (pid {pid})",
     ]
+    if info.get("kfp"):
+        lines.append(f"kfp: {info['kfp']['url']}")
+    lines.append(f"supervisor: running (pid {pid})")
     lines += _component_states(layout, info)
     return True, lines
 
 
 def _component_states(layout: node.Layout, info: dict) -> list[str]:
-    with open(layout.plan) as handle:
-        plan = json.load(handle)
-    running = {
-        os.path.basename(_exe(pid)): pid for pid in host.cgroup_pids(f"{node.CGROUP_ROOT}/system")
-    }
+    daemons = []
+    for plan_name in ("plan.json", kfp.KfpLayout(layout).plan_name):
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(layout.run, plan_name)) as h:
+            daemons += json.load(h)["daemons"]
+    # By command line: the MLMD server and the supervisors are all Python.
+    running = {_cmdline(pid): pid for pid in host.cgroup_pids()}
     lines = []
-    for daemon in plan["daemons"]:
-        binary = os.path.basename(daemon["argv"][0])
-        state = f"running (pid {running[binary]})" if binary in running else "not running"
-        lines.append(f"{daemon['name']}: {state}")
+    for daemon in daemons:
+        pid = running.get(tuple(daemon["argv"]))
+        lines.append(f"{daemon['name']}: {f'running (pid {pid})' if pid else 'not running'}")
     kubectl = os.path.join(builds.kubernetes_cache_dir(), "kubectl")
     if os.path.exists(kubectl):
         kube = addons.Kube(layout, kubectl)
         lines.append(f"node {node.NODE_NAME}: {kube.node_state(node.NODE_NAME)}")
         lines += addons.deployment_states(kube, info.get("operators", []))
+        if info.get("kfp"):
+            lines += kfp_states(kube)
     return lines
 
 
-def _exe(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return os.readlink(f"/proc/{pid}/exe")
-    return ""
+def kfp_states(kube: addons.Kube) -> list[str]:
+    """One line per KFP Deployment, and the API server's health as the host reaches it."""
+    lines = []
+    for name in kfp.DEPLOYMENTS:
+        try:
+            item = kube.get("-n", kfp.NAMESPACE, "deployment", name)
+            ready = item.get("status", {}).get("readyReplicas", 0)
+            lines.append(f"{name}: {ready}/{item.get('spec', {}).get('replicas', 1)} ready")
+        except builds.BuildFailed:
+            lines.append(f"{name}: not installed")
+    try:
+        kfp.healthz(timeout=5)
+        lines.append("kfp api: healthy (/apis/v2beta1/healthz)")
+    except (OSError, ValueError) as error:
+        lines.append(f"kfp api: not answering ({error})")
+    return lines
+
+
+def _cmdline(pid: int) -> tuple[str, ...]:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return tuple(part.decode(errors="replace") for part in handle.read().split(b"\0")[:-1])
+    return ()
 
 
 def _leftovers(layout: node.Layout) -> list[str]:
@@ -416,7 +589,7 @@ def down(root: str, say: Say = print) -> list[str]:
     """Stops the cluster and removes what `up` made; returns what it removed. Safe to run
     again, and after a killed `up` or supervisor."""
     layout = node.Layout(root)
-    removed: list[str] = []
+    removed: list[str] = _stop_kfp(kfp.KfpLayout(layout), say)
     pid = running_supervisor(layout)
     if pid is not None:
         say(f"stopping the node (supervisor {pid})")

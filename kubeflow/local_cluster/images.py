@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 
 from kubeflow.local_cluster.builds import BuildFailed, Say, cache_root
@@ -28,12 +29,21 @@ class ScratchImage:
     binary: str  # the file on this machine
     path: str  # where the image holds it (and runs it: the entry point)
     user: str = "65532:65532"
+    # ENV lines, e.g. (("PATH", "/bin"),) for a program that pods run by name (KFP's driver and
+    # launcher, Argo's executor: their commands are "driver", "launcher-v2", "argoexec").
+    env: tuple[tuple[str, str], ...] = ()
+    # A /tmp (mode 1777): KFP's driver writes its outputs under /tmp/outputs in pods Argo
+    # makes, where no volume can be added.
+    tmp: bool = False
 
     def containerfile(self) -> str:
         return (
             "FROM scratch\n"
             f"COPY program {self.path}\n"
-            f"USER {self.user}\n"
+            # ADD of an archive keeps the folder's mode (COPY makes it 0755).
+            + ("ADD tmp.tar /\n" if self.tmp else "")
+            + "".join(f"ENV {name}={value}\n" for name, value in self.env)
+            + f"USER {self.user}\n"
             f'ENTRYPOINT ["{self.path}"]\n'
         )
 
@@ -71,6 +81,11 @@ def build_scratch(image: ScratchImage, say: Say) -> str:
     say(f"building image {reference} (podman, FROM scratch)")
     with tempfile.TemporaryDirectory(prefix="tfxs-image-") as context:
         shutil.copy2(image.binary, os.path.join(context, "program"))
+        if image.tmp:
+            with tarfile.open(os.path.join(context, "tmp.tar"), "w") as archive:
+                entry = tarfile.TarInfo("tmp")
+                entry.type, entry.mode = tarfile.DIRTYPE, 0o1777
+                archive.addfile(entry)
         with open(os.path.join(context, "Containerfile"), "w") as handle:
             handle.write(image.containerfile())
         _run(

@@ -134,8 +134,11 @@ class Daemon:
 
     name: str
     argv: list[str]
-    ready: dict  # {"http": URL, "ca": PATH|None, "token": STR|None} or {"socket": PATH}
+    # {"http": URL, "ca": PATH|None, "token": STR|None}, {"socket": PATH}, {"cri": SOCKET} or
+    # {"tcp": "HOST:PORT"}
+    ready: dict
     timeout: float = 120.0
+    env: dict = dataclasses.field(default_factory=dict)  # added to the supervisor's
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -343,6 +346,11 @@ def daemons(layout: Layout, pki, binaries: dict[str, str], tools: dict[str, str]
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 "--profiling=false",
+                # Debian's etcd 3.4 has no watch progress requests: with the watch cache, a
+                # controller's informer saw new objects 10-18 s late (Argo's task results, so
+                # its controller marked KFP's drivers Succeeded without their outputs);
+                # served from etcd, they arrive at once.
+                "--watch-cache=false",
                 f"--cert-dir={layout.pki}",
             ],
             {"http": f"{api}/readyz", "ca": pki.ca_cert, "token": admin},
@@ -383,7 +391,7 @@ def daemons(layout: Layout, pki, binaries: dict[str, str], tools: dict[str, str]
                 "--config="
                 + containerd_config(layout, tools["runc"], tools["cni"], tools["sandbox_image"]),
             ],
-            {"socket": layout.containerd_socket},
+            {"cri": layout.containerd_socket},
         ),
         Daemon(
             "kubelet",

@@ -7,6 +7,9 @@ follows):
 
     starting NAME | ready NAME 1.2s | failed NAME: WHY (log PATH) ... | running | stopped
 
+`up --kfp` starts a second one the same way (plan kfp-plan.json, cgroup CGROUP_ROOT/kfp) for
+the host processes of Kubeflow Pipelines (MariaDB, the S3 server, the MLMD server).
+
 It ends the cluster on SIGTERM (what `down` sends): kube-proxy and the kubelet first, then every
 container process (the kubepods cgroup), containerd and its shims, the control plane, etcd.
 """
@@ -32,6 +35,15 @@ def _log(line: str) -> None:
 
 
 def _probe(ready: dict) -> bool:
+    if "tcp" in ready:  # "HOST:PORT" accepts a connection (a gRPC server's port)
+        import socket
+
+        address, port = ready["tcp"].rsplit(":", 1)
+        with contextlib.suppress(OSError), socket.create_connection((address, int(port)), 2):
+            return True
+        return False
+    if "cri" in ready:  # the CRI answers (containerd's socket takes calls before it does)
+        return _cri_ready(ready["cri"])
     if "socket" in ready:
         import socket
 
@@ -52,6 +64,25 @@ def _probe(ready: dict) -> bool:
         return False
 
 
+def _cri_ready(socket_path: str) -> bool:
+    """CRI's RuntimeService/Version succeeds: until containerd's CRI plugin has initialized it
+    answers "server is not initialized yet", and a kubelet started then exits ("validate CRI v1
+    runtime API")."""
+    import grpc
+
+    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        version = channel.unary_unary(
+            "/runtime.v1.RuntimeService/Version",
+            request_serializer=lambda request: request,
+            response_deserializer=lambda response: response,
+        )
+        try:
+            version(b"", timeout=5)  # an empty VersionRequest
+        except grpc.RpcError:
+            return False
+    return True
+
+
 def _tail(path: str, lines: int = 15) -> str:
     with contextlib.suppress(OSError), open(path, errors="replace") as handle:
         return "\n".join(handle.read().splitlines()[-lines:])
@@ -59,9 +90,10 @@ def _tail(path: str, lines: int = 15) -> str:
 
 
 class Supervisor:
-    def __init__(self, run_dir: str):
-        with open(os.path.join(run_dir, "plan.json")) as handle:
+    def __init__(self, run_dir: str, plan: str = "plan.json"):
+        with open(os.path.join(run_dir, plan)) as handle:
             self.plan = json.load(handle)
+        self.cgroup = self.plan.get("cgroup", "system")
         self.logs = self.plan["logs"]
         self.processes: dict[str, subprocess.Popen] = {}
         self.stopping = False
@@ -79,6 +111,7 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=dict(os.environ, **daemon.get("env", {})),
                 preexec_fn=host.die_with_parent,
             )
         started = time.monotonic()
@@ -100,16 +133,18 @@ class Supervisor:
 
     def stop(self) -> None:
         _log("stopping")
-        order = ["kube-proxy", "kubelet"]
-        for name in order:
-            self._terminate(name)
-        host.kill_all(lambda: host.cgroup_pids(f"{node.CGROUP_ROOT}/kubepods"), timeout=15)
-        self._terminate("containerd")
+        if "kubelet" in self.processes:  # the node's: its pods and containerd first
+            for name in ("kube-proxy", "kubelet"):
+                self._terminate(name)
+            host.kill_all(lambda: host.cgroup_pids(f"{node.CGROUP_ROOT}/kubepods"), timeout=15)
+            self._terminate("containerd")
         # The shims (containerd started them in this cgroup): everything but this process and
         # the control plane still running.
         control = {p.pid for p in self.processes.values() if p.poll() is None}
         host.kill_all(
-            lambda: host.cgroup_pids(f"{node.CGROUP_ROOT}/system"), exclude=control, timeout=10
+            lambda: host.cgroup_pids(f"{node.CGROUP_ROOT}/{self.cgroup}"),
+            exclude=control,
+            timeout=10,
         )
         for name in reversed(list(self.processes)):
             self._terminate(name)
@@ -123,7 +158,7 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._stop_signal)
         signal.signal(signal.SIGINT, self._stop_signal)
-        host.join_cgroup(f"{node.CGROUP_ROOT}/system", os.getpid())
+        host.join_cgroup(f"{node.CGROUP_ROOT}/{self.cgroup}", os.getpid())
         with open(self.plan["pidfile"], "w") as handle:
             handle.write(str(os.getpid()))
         for folder in self.plan["private_dirs"]:
@@ -153,7 +188,7 @@ class Supervisor:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return Supervisor(argv[0]).run()
+    return Supervisor(*argv[:2]).run()
 
 
 if __name__ == "__main__":

@@ -134,3 +134,23 @@ def compiled(compiled_files) -> dict[str, tuple[dict, dict | None]]:
         assert len(documents) <= 2
         out[name] = (documents[0], documents[1] if len(documents) > 1 else None)
     return out
+
+
+@pytest.fixture(scope="session")
+def kfp_cluster(local_cluster, request):
+    """Kubeflow Pipelines added to the session's cluster (`up --kfp` on a cluster that is up:
+    cluster.add_kfp), once per session; it goes with the cluster's `down`."""
+    from kubeflow.local_cluster import cluster
+
+    say = session.say(request.config)
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        with session.phase("local_cluster: up --kfp (KFP's images built when not cached)") as p:
+            info = cluster.add_kfp(local_cluster.root, say=lines.append)
+            steps = info["kfp"]["steps"]
+            p["detail"] = ", ".join(f"{k} {v:.0f}s" for k, v in steps.items() if v >= 1)
+    except cluster.ClusterError as error:
+        pytest.fail("\n".join([*lines[-40:], f"up --kfp failed: {error}"]))
+    say(f"tests: Kubeflow Pipelines up in {time.monotonic() - started:.0f}s")
+    return LocalCluster(local_cluster.root, info)

@@ -19,7 +19,6 @@ returns each task's ExecutorInput and pod spec patch.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import fcntl
 import functools
@@ -31,7 +30,7 @@ import shutil
 import subprocess
 import time
 
-from kubeflow.local_cluster import kfp_protos
+from kubeflow.local_cluster import kfp_protos, mlmd_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = os.path.join(HERE, "kfp_check")
@@ -163,65 +162,14 @@ def _run(binary: str, args: list[str]) -> None:
         raise CheckFailed((result.stderr or result.stdout).strip()[-4000:])
 
 
-class MlmdServer:
+class MlmdServer(mlmd_server.MlmdServer):
     """ML Metadata's own store (its C++ library, SQLite file) behind MLMD's gRPC service
     definition, on a loopback port: each RPC is handed to the store unchanged, so the backend's
-    Go client talks to real MLMD semantics (the cluster runs the same library in
-    metadata-grpc-server)."""
+    Go client talks to real MLMD semantics (the local cluster serves the same class on MariaDB,
+    kubeflow/local_cluster/mlmd_server.py)."""
 
     def __init__(self, sqlite_path: str):
-        from ml_metadata.metadata_store import metadata_store
-        from ml_metadata.proto import metadata_store_pb2
-
-        config = metadata_store_pb2.ConnectionConfig()
-        config.sqlite.filename_uri = sqlite_path
-        sqlite = metadata_store_pb2.SqliteMetadataSourceConfig
-        config.sqlite.connection_mode = sqlite.READWRITE_OPENCREATE
-        self.store = metadata_store.MetadataStore(config)
-        self.server = None
-        self.port = 0
-
-    def _handler(self, method):
-        import grpc
-        from ml_metadata import errors
-        from ml_metadata.proto import metadata_store_service_pb2 as service
-
-        response_class = getattr(service, method.output_type.name)
-
-        def call(request, context):
-            response = response_class()
-            try:
-                # The store's own dispatch by RPC name (what its Python methods call).
-                self.store._call(method.name, request, response)  # noqa: SLF001
-            except errors.StatusError as error:
-                code = next(c for c in grpc.StatusCode if c.value[0] == error.error_code)
-                context.abort(code, str(error))
-            return response
-
-        return grpc.unary_unary_rpc_method_handler(
-            call,
-            request_deserializer=getattr(service, method.input_type.name).FromString,
-            response_serializer=response_class.SerializeToString,
-        )
-
-    def start(self) -> MlmdServer:
-        import grpc
-        from ml_metadata.proto import metadata_store_service_pb2 as service
-
-        described = service.DESCRIPTOR.services_by_name["MetadataStoreService"]
-        handlers = {method.name: self._handler(method) for method in described.methods}
-        # One worker: the SQLite store is used from one thread, as MLMD's server does per call.
-        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
-        self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(described.full_name, handlers),)
-        )
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop(grace=None)
+        super().__init__(mlmd_server.sqlite_config(sqlite_path), "127.0.0.1:0")
 
 
 def argo(binary: str, pipeline: str, out_dir: str) -> dict:

@@ -51,6 +51,20 @@ def _host_state() -> dict:
     }
 
 
+def _named_processes() -> list[str]:
+    """KFP's host programs running anywhere on this machine (by their executable's name)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                name = os.path.basename(os.readlink(f"/proc/{entry}/exe"))
+            except OSError:
+                continue
+            if name in ("mariadbd", "versitygw"):
+                found.append(f"{entry} {name}")
+    return found
+
+
 def _cli(root: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "kubeflow.local_cluster", "--root", root, *args],
@@ -62,12 +76,14 @@ def _cli(root: str, *args: str, timeout: float = 600) -> subprocess.CompletedPro
 
 
 def test_a_killed_up_leaves_nothing_behind_that_down_does_not_remove(image, tmp_path):
+    """`up --kfp` killed once Kubeflow Pipelines' host processes (MariaDB, the S3 server, the
+    MLMD server) run: `down` still finds and removes everything."""
     before = _host_state()
     assert not before["netns"], "a local cluster is already up on this machine"
     root = str(tmp_path / "cluster")
     command = [sys.executable, "-m", "kubeflow.local_cluster", "--root", root, "up"]
     up = subprocess.Popen(
-        [*command, "--image", image, "--operators", "none"],
+        [*command, "--image", image, "--operators", "none", "--kfp"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -76,15 +92,19 @@ def test_a_killed_up_leaves_nothing_behind_that_down_does_not_remove(image, tmp_
     seen = []
     for line in up.stdout:
         seen.append(line)
-        if "ready kubelet" in line:
+        if "ready mlmd-grpc" in line:
             break
     up.kill()  # kill -9: no finally block of `up` runs
     up.wait()
     assert any("ready kubelet" in line for line in seen), "".join(seen)
-    # The node outlives its `up` (the supervisor is in a session of its own).
+    assert any("ready mlmd-grpc" in line for line in seen), "".join(seen)
+    # The node and KFP's host processes outlive their `up` (each supervisor is in a session of
+    # its own).
     status = _cli(root, "status")
     assert status.returncode == 0, status.stdout + status.stderr
-    assert re.search(r"^kubelet: running \(pid \d+\)$", status.stdout, re.M), status.stdout
+    for name in ("kubelet", "mariadb", "s3-versitygw", "mlmd-grpc"):
+        assert re.search(rf"^{name}: running \(pid \d+\)$", status.stdout, re.M), status.stdout
+    assert _named_processes(), "no mariadbd or versitygw process while the cluster is up"
     during = _host_state()
     assert during["netns"] and during["cgroup processes"] and during["cgroups"]
     down = _cli(root, "down")
@@ -92,6 +112,7 @@ def test_a_killed_up_leaves_nothing_behind_that_down_does_not_remove(image, tmp_
     assert "removed network namespace tfx-scaleout" in down.stdout
     after = _host_state()
     assert after == before, (before, after)
+    assert _named_processes() == []
     assert host.mounts_under(root) == []
     assert not os.path.exists(os.path.join(root, "run"))
     again = _cli(root, "status")
