@@ -102,7 +102,7 @@ BUILDS: dict[str, tuple[str, frozenset[str], Callable[[], None], str]] = {
     ),
     "kfp": (
         "KFP's and Argo's programs, the S3 server (Go)",
-        frozenset({"kfp_programs"}),
+        frozenset({"kfp_programs", "kfp_cluster"}),
         _kfp_programs,
         "go",
     ),
