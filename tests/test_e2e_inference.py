@@ -1,0 +1,157 @@
+"""--infer_data end to end, as `python pipeline/run_local.py ... --infer_data DIR` runs it: rows
+without labels read by the project's CSV ExampleGen (bad rows rejected and listed), predicted by
+TFX's BulkInferrer with the blessed model, written as a CSV of the input columns plus the
+prediction; the same predictions as pipeline.predict on the same rows; a rerun fully cached; a
+model that is not blessed predicts nothing; a file whose columns do not match is refused before
+any component runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+
+from pipeline import predict
+from pipeline.mlmd import connection, records
+from tests.test_e2e_local import explain, run_local
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+LABEL = "species"
+# The penguins' numbers are read as floats and ints: cells written as the model reads them.
+BAD_FLOAT_ROW = ["Biscoe", "not-a-number", "17.0", "190", "3500", "male", "2008"]
+# year is a fixed-shape feature of the curated schema: the model's parse needs it in every row.
+NO_YEAR_ROW = ["Dream", "40.1", "18.2", "192", "3600", "female", ""]
+
+
+def _penguin_rows(penguins_csv: str, count: int) -> tuple[list[str], list[list[str]]]:
+    """The first `count` complete penguins, without the label column."""
+    with open(penguins_csv, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    columns = [name for name in rows[0] if name != LABEL]
+    complete = [r for r in rows if all(r[c] not in ("", "NA") for c in columns)]
+    return columns, [[row[c] for c in columns] for row in complete[:count]]
+
+
+def _summary_value(stdout: str, key: str) -> str:
+    return stdout.split(f"  {key}:")[1].split("\n")[0].strip()
+
+
+@pytest.fixture(scope="module")
+def penguin_inference(tmp_path_factory, penguins_csv):
+    tmp = tmp_path_factory.mktemp("infer")
+    columns, rows = _penguin_rows(penguins_csv, 40)
+    rows_dir = tmp / "rows"
+    rows_dir.mkdir()
+    path = rows_dir / "new_penguins.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows(rows[:20])
+        writer.writerow(BAD_FLOAT_ROW)  # line 22
+        writer.writerows(rows[20:])
+        writer.writerow(NO_YEAR_ROW)  # line 43
+    flags = ["--output_root", str(tmp / "out"), "--infer_data", str(rows_dir)]
+    flags += ["--max_rejected_fraction", "0.1"]
+    first = run_local(*flags)
+    second = run_local(*flags)
+    return {
+        "first": first,
+        "second": second,
+        "path": str(path),
+        "columns": columns,
+        "rows": rows,
+        "base": tmp / "out" / "penguins-pipeline",
+    }
+
+
+def test_rows_in_equal_rows_predicted_plus_rejected_and_bad_rows_listed(penguin_inference):
+    first = penguin_inference["first"]
+    assert first.returncode == 0, explain(first)
+    assert "rows to predict: *.csv in" in first.stdout
+    assert "InferCsvExampleGen executed" in first.stdout
+    assert "BulkInferrer executed" in first.stdout
+    predictions = _summary_value(first.stdout, "predictions")
+    assert "(42 row(s) read = 40 predicted + 2 rejected)" in predictions, first.stdout
+    listing = _summary_value(first.stdout, "rejected rows to predict").split("listed in ")[1]
+    with open(listing) as handle:
+        listed = {row["line"]: row for row in map(json.loads, handle)}
+    assert sorted(listed) == [22, 43], listed
+    assert listed[22]["file"] == penguin_inference["path"]
+    assert "column 'bill_length_mm': 'not-a-number' is not a float" in listed[22]["reason"]
+    assert (
+        "column 'year' (the model requires a value in every row) is empty" in (listed[43]["reason"])
+    )
+
+
+def test_predictions_csv_has_input_columns_class_and_probabilities_like_predict_py(
+    penguin_inference,
+):
+    first = penguin_inference["first"]
+    assert first.returncode == 0, explain(first)
+    path = _summary_value(first.stdout, "predictions").split(" (")[0]
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader)
+        table = list(reader)
+    columns = penguin_inference["columns"]
+    classes = ["Adelie", "Gentoo", "Chinstrap"]
+    assert header[: len(columns)] == columns
+    assert header[len(columns)] == "predicted_species"
+    assert sorted(header[len(columns) + 1 :]) == sorted(f"probability_{c}" for c in classes)
+    assert len(table) == 40
+    # Every input row is there once, its cells as they were read (numbers as the model reads
+    # them: 39.1 as a float stays 39.1).
+    by_input = {tuple(row[: len(columns)]): row[len(columns) :] for row in table}
+    expected_inputs = {
+        tuple(
+            str(float(cell)) if name.startswith("bill_") else cell
+            for name, cell in zip(columns, row, strict=True)
+        )
+        for row in penguin_inference["rows"]
+    }
+    assert set(by_input) == expected_inputs
+    # pipeline.predict on the same file with the pushed model: same class, same probability.
+    model_dir = predict.resolve_model_dir(str(penguin_inference["base"] / "serving_model"))
+    results = list(predict.predict_csv(model_dir, penguin_inference["path"]))
+    rejected = sorted(line for line, text, _ in results if text is None)
+    assert rejected == [22, 43]
+    with open(penguin_inference["path"], newline="") as handle:
+        source = list(csv.reader(handle))
+    compared = 0
+    for line, text, _ in results:
+        if text is None:
+            continue
+        cells = source[line - 1]
+        key = tuple(
+            str(float(cell)) if name.startswith("bill_") else cell
+            for name, cell in zip(columns, cells, strict=True)
+        )
+        predicted, *probabilities = by_input[key]
+        values = [float(p) for p in probabilities]
+        assert abs(sum(values) - 1.0) < 1e-4, values
+        name, probability = text.split("=", 1)[1].split("\t")
+        assert predicted == name
+        assert abs(max(values) - float(probability)) < 1e-3
+        compared += 1
+    assert compared == 40
+
+
+def test_inference_result_in_mlmd_and_rerun_fully_cached(penguin_inference):
+    first, second = penguin_inference["first"], penguin_inference["second"]
+    assert second.returncode == 0, explain(second)
+    assert "0 component(s) executed, 11 reused from cache" in second.stdout
+    assert _summary_value(second.stdout, "predictions") == _summary_value(
+        first.stdout, "predictions"
+    )
+    store = connection.open_store(str(penguin_inference["base"] / "metadata.sqlite"))
+    [result] = store.get_artifacts_by_type("InferenceResult")
+    assert records.custom_value(result, "blessed") == 1
+    assert records.custom_value(result, "num_rows_predicted") == 40
+    assert records.custom_value(result, "num_rows_read") == 42
+    assert records.custom_value(result, "num_rows_rejected") == 2
+    assert records.custom_value(result, "predictions_csv_uri") == os.path.join(
+        result.uri, "predictions.csv"
+    )
