@@ -14,6 +14,7 @@ import os
 import pytest
 
 from pipeline import predict
+from pipeline.datasets import regression as regression_data
 from pipeline.mlmd import connection, records
 from tests.test_e2e_local import explain, run_local
 
@@ -155,3 +156,73 @@ def test_inference_result_in_mlmd_and_rerun_fully_cached(penguin_inference):
     assert records.custom_value(result, "predictions_csv_uri") == os.path.join(
         result.uri, "predictions.csv"
     )
+
+
+def test_a_file_whose_columns_do_not_match_is_refused_before_any_component(tmp_path, penguins_csv):
+    columns, rows = _penguin_rows(penguins_csv, 5)
+    rows_dir = tmp_path / "rows"
+    rows_dir.mkdir()
+    kept = [name for name in columns if name != "bill_length_mm"] + ["colour"]
+    with open(rows_dir / "rows.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(kept)
+        for row in rows:
+            cells = dict(zip(columns, row, strict=True))
+            writer.writerow([cells.get(name, "blue") for name in kept])
+    out = tmp_path / "out"
+    result = run_local("--output_root", str(out), "--infer_data", str(rows_dir))
+    assert result.returncode == 2, explain(result)
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: --infer_data "), line
+    assert "missing column(s) ['bill_length_mm']" in line
+    assert "unexpected column(s) ['colour']" in line
+    assert not (out / "penguins-pipeline" / "pipeline_root").exists()
+
+
+def test_regression_predicts_label_units_and_a_model_not_blessed_predicts_nothing(tmp_path):
+    """scikit-learn's diabetes data; the rows to predict keep the patient id (an identifier left
+    out of the features) and the label column: both passed through to the output unread."""
+    source = regression_data.write_diabetes(str(tmp_path / "source"))
+    with open(os.path.join(source, regression_data.DIABETES_FILE), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for name, chosen in (("train", rows[:400]), ("rows", rows[400:])):
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "patients.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["patient", *rows[0]])
+            for index, row in enumerate(chosen):
+                writer.writerow([f"patient-{name}-{index:04d}", *row.values()])
+    label = regression_data.DIABETES_LABEL
+    common = ["--data", str(tmp_path / "train"), "--label", label, "--epochs", "10"]
+    common += ["--output_root", str(tmp_path / "out"), "--infer_data", str(tmp_path / "rows")]
+    strict = run_local(*common, "--min_regression_skill", "0.95")
+    assert strict.returncode == 3, explain(strict)
+    assert f"the label column {label!r} is not read by the model and is kept" in strict.stdout
+    assert "BulkInferrer executed" in strict.stdout
+    assert (
+        "predictions:   none: the model is not blessed, so BulkInferrer predicted nothing"
+        in strict.stdout
+    )
+    base = tmp_path / "out" / "train-pipeline"
+    store = connection.open_store(str(base / "metadata.sqlite"))
+    [unblessed] = store.get_artifacts_by_type("InferenceResult")
+    assert records.custom_value(unblessed, "blessed") == 0
+    assert os.listdir(unblessed.uri) == []
+
+    blessed = run_local(*common)
+    assert blessed.returncode == 0, explain(blessed)
+    assert "(42 row(s) read = 42 predicted + 0 rejected)" in blessed.stdout, blessed.stdout
+    path = _summary_value(blessed.stdout, "predictions").split(" (")[0]
+    with open(path, newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert list(table[0])[:2] == ["patient", "age"] and list(table[0])[-1] == f"predicted_{label}"
+    by_patient = {row["patient"]: row for row in table}
+    assert sorted(by_patient) == [f"patient-rows-{i:04d}" for i in range(42)]
+    # The label is passed through as it was written; the prediction in its units.
+    assert by_patient["patient-rows-0000"][label] == rows[400][label]
+    model_dir = predict.resolve_model_dir(str(base / "serving_model"))
+    for line, text, _ in predict.predict_csv(model_dir, str(tmp_path / "rows" / "patients.csv")):
+        value = float(text.split("=", 1)[1])
+        assert 25 < value < 346
+        predicted = float(by_patient[f"patient-rows-{line - 2:04d}"][f"predicted_{label}"])
+        assert abs(predicted - value) < 1e-3 * max(1.0, abs(value)), (line, predicted, value)
