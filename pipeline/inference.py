@@ -118,6 +118,41 @@ def check_infer_data(
     )
 
 
+def cluster_inference(data_root: str, dataset: DatasetConfig, schema_path: str) -> InferenceConfig:
+    """Kubeflow: rows the pods read (a URI, or a mounted path), with the curated schema the
+    training data is read with: the files hold the model's features (the schema's active
+    columns but the label), in any order; their types and required columns are the schema's.
+    When `data_root` is a directory on this machine too, its files are checked here as a local
+    run checks them; otherwise the ExampleGen refuses, naming the columns, a file with others."""
+    types = dict(dataset.column_types)
+    features = {n: t for n, t in types.items() if n != dataset.label_key}
+    shaped = {f.name for f in preflight.load_schema(schema_path).feature if f.HasField("shape")}
+    if os.path.isdir(data_root):
+        facts = preflight.CsvFacts(
+            files=(),
+            columns=(*types, *dataset.excluded_columns),
+            total_bytes=0,
+            column_types=(),
+            rows=0,
+            rows_without_label=0,
+            task=dataset.task,
+            delimiter=dataset.delimiter,
+            excluded_columns=dataset.excluded_columns,
+            identifiers=(),
+            feature_types=tuple(features.items()),
+        )
+        local = check_infer_data(
+            data_root, dataclasses.replace(dataset, schema_path=schema_path), facts
+        )
+        return dataclasses.replace(local, data_root=data_root)
+    return InferenceConfig(
+        data_root=data_root,
+        delimiter=dataset.delimiter,
+        column_types=tuple(features.items()),
+        required_columns=tuple(name for name in features if name in shaped),
+    )
+
+
 def describe(inference: InferenceConfig, label_key: str) -> str:
     """The start line about the rows to predict."""
     label = (

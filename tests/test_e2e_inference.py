@@ -16,6 +16,7 @@ import pytest
 from pipeline import predict
 from pipeline.datasets import regression as regression_data
 from pipeline.mlmd import connection, records
+from tests.docs import pages
 from tests.test_e2e_local import explain, run_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -54,17 +55,18 @@ def penguin_inference(tmp_path_factory, penguins_csv):
         writer.writerow(BAD_FLOAT_ROW)  # line 22
         writer.writerows(rows[20:])
         writer.writerow(NO_YEAR_ROW)  # line 43
-    flags = ["--output_root", str(tmp / "out"), "--infer_data", str(rows_dir)]
-    flags += ["--max_rejected_fraction", "0.1"]
-    first = run_local(*flags)
-    second = run_local(*flags)
+    # csv.md's command, as the page shows it, in a sandbox (./tfx_output).
+    command = pages.command("docs/csv.md", "--infer_data ROWS")
+    sandbox = pages.Sandbox(tmp / "sandbox")
+    first = sandbox.run(command, {"ROWS": str(rows_dir)})
+    second = sandbox.run(command, {"ROWS": str(rows_dir)})
     return {
         "first": first,
         "second": second,
         "path": str(path),
         "columns": columns,
         "rows": rows,
-        "base": tmp / "out" / "penguins-pipeline",
+        "base": sandbox.output_root / "penguins-pipeline",
     }
 
 
