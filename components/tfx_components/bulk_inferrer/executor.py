@@ -101,10 +101,32 @@ def log_parts(log) -> tuple[Any, dict[str, Any]]:
     [request_input] = log.predict_log.request.inputs.values()
     example = tf.train.Example.FromString(request_input.string_val[0])
     outputs = {
-        name: tf.make_ndarray(tensor).reshape(-1)
-        for name, tensor in log.predict_log.response.outputs.items()
+        name: _flat_values(tensor) for name, tensor in log.predict_log.response.outputs.items()
     }
     return example, outputs
+
+
+# TensorProto dtype enum -> (numpy type, repeated field): the numbers tfx_bsl logs.
+_FIELDS = {1: ("float32", "float_val"), 2: ("float64", "double_val"), 9: ("int64", "int64_val")}
+
+
+def _flat_values(tensor):
+    """A TensorProto's values, flat: read from its bytes or repeated field directly (the CSV
+    pays this per row; tf.make_ndarray's general path costs more), else through
+    tf.make_ndarray."""
+    import numpy as np
+
+    known = _FIELDS.get(tensor.dtype)
+    if known is not None:
+        if tensor.tensor_content:
+            return np.frombuffer(tensor.tensor_content, dtype=known[0])
+        values = getattr(tensor, known[1])
+        size = int(np.prod([dim.size for dim in tensor.tensor_shape.dim]))
+        if len(values) == size:
+            return np.asarray(values, dtype=known[0])
+    import tensorflow as tf
+
+    return tf.make_ndarray(tensor).reshape(-1)
 
 
 def _cell(value) -> str:
