@@ -43,6 +43,7 @@ BENCHMARKS = (
     ("mlmd_inspect", None),
     ("user_module", None),
     ("class_weight", None),
+    ("bulk_inference", None),
     ("penguin_vs_tfx_example", "two cold and two warm full pipeline runs, about 7 minutes"),
 )
 

@@ -269,6 +269,18 @@ def build_configs(
         min_classification_skill=args.min_classification_skill,
         min_regression_skill=args.min_regression_skill,
     ).validate()
+    if args.infer_data is not None:
+        from pipeline import inference
+
+        if dataset.is_images or not dataset.schema_path:
+            raise config_lib.ConfigError(
+                "--infer_data predicts CSV rows: it is for CSV data (--data_root/--label or "
+                "--dataset penguins), not image folders"
+            )
+        rows = inference.cluster_inference(
+            args.infer_data, dataset, compiler.local_path(dataset.schema_path)
+        )
+        config = dataclasses.replace(config, inference=rows).validate()
     if user_code.choice_from_args(args).given:
         # The same checks as a local run, on this machine's copy of the schema; a user's run_fn
         # on users' data (rows not known here) needs --train_steps and --eval_steps.

@@ -6,6 +6,8 @@
        graph only) -> Trainer (tabular: Transform's examples; images: ExampleGen's)
     -> BaselineModel (newest pushed model but the candidate) -> Evaluator (threshold + no
        regression) -> Pusher
+  with --infer_data: InferCsvExampleGen (rows without labels) -> BulkInferrer (TFX's, with the
+    Trainer's model and the Evaluator's blessing: it predicts only a blessed model's rows)
 
 No environment reads and no data I/O: runners (local, Kubeflow) build the config and hand it
 over. User code is referenced by module path from the installed package; so that an edit to it
@@ -32,6 +34,7 @@ from tfx.proto import pusher_pb2, trainer_pb2
 from components.ml import features, metrics
 from components.tfx_components.baseline_model import spec as baseline_spec
 from components.tfx_components.baseline_model.component import BaselineModel
+from components.tfx_components.bulk_inferrer.component import CsvBulkInferrer
 from components.tfx_components.evaluator.component import BaselineEvaluator
 from components.tfx_components.example_gen.component import ShardedCsvExampleGen
 from components.tfx_components.image_example_gen.component import ImageExampleGen
@@ -328,6 +331,8 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         evaluator,
         pusher,
     ]
+    if config.inference is not None:
+        nodes += _bulk_inferrer(config, trainer, evaluator)
     fingerprints.attach(
         nodes,
         schema_digest=_schema_digest(dataset),
@@ -369,6 +374,41 @@ def _example_gen(config: PipelineConfig):
         excluded_columns=dataset.excluded_columns,
         label_key=dataset.label_key,
     ).with_id("CsvExampleGen")
+
+
+def _bulk_inferrer(config: PipelineConfig, trainer, evaluator) -> list:
+    """The rows to predict, read as the training rows are (same null tokens, the training
+    types; rejected rows listed), one split; TFX's BulkInferrer on them with the candidate model
+    and its blessing."""
+    from pipeline import inference as inference_lib
+
+    inference = config.inference
+    assert inference is not None
+    example_gen = ShardedCsvExampleGen(
+        input_base=inference.data_root,
+        file_pattern=inference.file_pattern,
+        split_buckets={inference_lib.INFER_SPLIT: 1},
+        num_shards=config.example_shards,
+        null_values=config.dataset.null_values,
+        column_types=dict(inference.column_types),
+        max_rejected_fraction=config.max_rejected_fraction,
+        delimiter=inference.delimiter,
+        required_columns=inference.required_columns,
+    ).with_id("InferCsvExampleGen")
+    bulk_inferrer = CsvBulkInferrer(
+        examples=example_gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
+        split=inference_lib.INFER_SPLIT,
+        columns=inference.columns,
+        label_key=config.dataset.label_key,
+        # The project's model has a signature without string outputs (components.ml.features
+        # says why); a user's run_fn exports its own serving_default.
+        signature=features.SERVING_SIGNATURE
+        if config.user_code.run_fn
+        else features.BULK_INFERENCE_SIGNATURE,
+    ).with_id("BulkInferrer")
+    return [example_gen, bulk_inferrer]
 
 
 def _schema_gen(dataset: DatasetConfig, statistics_gen):

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 
 from components import ConfigError
 from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
 from pipeline.user_code import UserCode
+
+if TYPE_CHECKING:
+    from pipeline.inference import InferenceConfig
 
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "portable", "flink", "spark", "dataflow")
@@ -392,6 +396,9 @@ class PipelineConfig:
     # The user's preprocessing_fn, run_fn, model hook, custom_config and EvalConfig (empty: the
     # project's own), checked by pipeline.user_code before the config is built.
     user_code: UserCode = UserCode()
+    # --infer_data: rows without labels that BulkInferrer predicts when the model is blessed
+    # (pipeline.inference checks them against the training columns); None: no BulkInferrer.
+    inference: InferenceConfig | None = None
 
     def metadata_connection_config(self):
         """ml-metadata ConnectionConfig of this pipeline's store."""

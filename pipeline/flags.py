@@ -119,6 +119,16 @@ def add_pipeline_flags(
         "at most (1 - this) x that of predicting the training mean",
     )
     parser.add_argument(
+        "--infer_data",
+        default=None,
+        metavar="DIR",
+        help="CSV files of rows without labels (the training columns; the label may be there "
+        "and is kept, not read): TFX's BulkInferrer predicts them when the model is blessed and "
+        "writes predictions.csv (the input columns, then the predicted class and each class's "
+        "probability, or the predicted value) in its InferenceResult; bad rows are rejected and "
+        "listed as the training rows are",
+    )
+    parser.add_argument(
         "--beam_arg",
         action="append",
         default=[],

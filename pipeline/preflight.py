@@ -83,6 +83,11 @@ class CsvFacts:
     # Text columns of an inferred schema whose every value is a date or date and time: parsed
     # into numbers by the project's preprocessing (components.ml.timestamps), unless kept as text.
     timestamps: tuple[str, ...] = ()
+    # With check_dataset(features=True) only (rows to predict, pipeline.inference): the type of
+    # every feature column (curated or inferred as ExampleGen infers it), and the columns with a
+    # value in every row (an inferred schema gives them a fixed shape).
+    feature_types: tuple[tuple[str, str], ...] = ()
+    complete_columns: tuple[str, ...] = ()
 
     @property
     def description(self) -> str:
@@ -275,7 +280,11 @@ class _ColumnRoles:
 
 
 def check_dataset(
-    dataset: DatasetConfig, delimiter: str | None = None, keep_columns=(), keep_text_columns=()
+    dataset: DatasetConfig,
+    delimiter: str | None = None,
+    keep_columns=(),
+    keep_text_columns=(),
+    features: bool = False,
 ) -> CsvFacts:
     """Reads the CSV files once (the label column; every column for an inferred schema) and
     returns the facts the runner needs: files, columns, total bytes, schema column types, the
@@ -299,6 +308,14 @@ def check_dataset(
         roles = _roles_inferred(dataset, files, delimiter, columns, keep_columns, keep_text_columns)
     _check_features_left(dataset.label_key, roles.excluded, first_path, columns, hint)
     label_values = roles.table.column(dataset.label_key)
+    feature_names = [n for n in columns if n not in roles.excluded and n != dataset.label_key]
+    feature_types: dict[str, str] = {}
+    if features and roles.column_types:
+        feature_types = {name: roles.column_types[name] for name in feature_names}
+    elif features:
+        feature_types = {
+            n: csv_reader.infer_column_type(roles.table.column(n)) for n in feature_names
+        }
     return CsvFacts(
         files=tuple(files),
         columns=tuple(columns),
@@ -311,6 +328,12 @@ def check_dataset(
         excluded_columns=tuple(roles.excluded),
         identifiers=tuple(roles.identifiers),
         timestamps=tuple(roles.timestamps),
+        feature_types=tuple(feature_types.items()),
+        complete_columns=tuple(
+            name
+            for name in (feature_names if features else ())
+            if name in roles.table.column_names and roles.table.column(name).null_count == 0
+        ),
     )
 
 

@@ -26,7 +26,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", category=FutureWarning, module="google.api_core")
 
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import datasets, entrypoint, flags, launcher_flags, preflight, user_code  # noqa: E402
+from pipeline import (  # noqa: E402
+    datasets,
+    entrypoint,
+    flags,
+    inference,
+    launcher_flags,
+    preflight,
+    user_code,
+)
 from pipeline.beam import clusters as beam_clusters  # noqa: E402
 from pipeline.beam import runners as beam_runners  # noqa: E402
 from pipeline.local import console, report  # noqa: E402
@@ -126,11 +134,20 @@ def build_config(
         facts = preflight.check_images(dataset)
     else:
         facts = preflight.check_dataset(
-            dataset, choice.delimiter, choice.keep_columns, choice.keep_text_columns
+            dataset,
+            choice.delimiter,
+            choice.keep_columns,
+            choice.keep_text_columns,
+            features=args.infer_data is not None,
         )
         preflight.check_rows_without_label(facts, args.max_rejected_fraction)
     dataset = dataclasses.replace(
         preflight.resolved(dataset, facts), infer_feature_shape=not args.no_infer_feature_shape
+    )
+    rows_to_predict = (
+        inference.check_infer_data(args.infer_data, dataset, facts)
+        if args.infer_data is not None
+        else None
     )
     config = config_lib.local_config(
         dataset=dataset,
@@ -158,6 +175,7 @@ def build_config(
         min_regression_skill=args.min_regression_skill,
         enable_cache=not args.no_cache,
         transform_materialize=not args.no_transform_materialize,
+        inference=rows_to_predict,
         mysql=config_lib.MySQLConfig(
             host=args.mysql_host,
             port=args.mysql_port,

@@ -90,7 +90,16 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     def transform(serialized):
         return transformed_features(tf.io.parse_example(serialized, raw_feature_spec))
 
-    signatures = {features.SERVING_SIGNATURE: serve, features.TRANSFORM_SIGNATURE: transform}
+    @tf.function(input_signature=signature, autograph=False)
+    def serve_numeric(serialized):
+        outputs = predict(tf.io.parse_example(serialized, serving_feature_spec))
+        return {name: value for name, value in outputs.items() if name != features.CLASSES}
+
+    signatures = {
+        features.SERVING_SIGNATURE: serve,
+        features.TRANSFORM_SIGNATURE: transform,
+        features.BULK_INFERENCE_SIGNATURE: serve_numeric,
+    }
     if images:
         image_spec = raw_feature_spec[features.IMAGE_KEY]
 

@@ -51,6 +51,11 @@ CLASSES = "classes"
 # mean and standard deviation (the units the model is trained in; 0 = the training mean).
 PREDICTION = "prediction"
 NORMALIZED_PREDICTION = "prediction_xf"
+# serving_default without the class names: TFX's BulkInferrer (tfx_bsl's RunInference) cannot
+# log a string output of one value per row (its _PredictModelHandler reads `.dtype` of each row's
+# value, which a Python bytes object lacks); the names are Transform's label vocabulary, in the
+# model's assets, indexed by class_ids.
+BULK_INFERENCE_SIGNATURE = "serving_numeric"
 # Second serving signature of image models: raw encoded image bytes (JPEG or PNG) in.
 IMAGE_SERVING_SIGNATURE = "serving_images"
 

@@ -30,6 +30,10 @@ def print_start(
         f"strategy {describe_training(config.training)}; log: {log_path}\n"
     )
     describe_columns(config.dataset, facts, out)
+    if config.inference is not None:
+        from pipeline import inference
+
+        out.write(f"  {inference.describe(config.inference, config.dataset.label_key)}\n")
     from pipeline import user_code
 
     for line in user_code.describe(config.user_code):
@@ -116,7 +120,29 @@ def print_summary(
         out.write(f"  {line}\n")
     out.write(f"  blessed:       {describe_blessing(summary, config)}\n")
     out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
+    for line in describe_predictions(summary):
+        out.write(f"  {line}\n")
     out.write(f"  MLMD:          {summary.metadata_path}\n")
+
+
+def describe_predictions(summary: RunSummary) -> list[str]:
+    """--infer_data: where the predictions are and the row accounting, or why there are none."""
+    result = summary.inference
+    if result is None:
+        return []
+    if result.get("blessed") != 1:
+        return [
+            "predictions:   none: the model is not blessed, so BulkInferrer predicted nothing "
+            "(--infer_data)"
+        ]
+    read, rejected = result.get("num_rows_read"), result.get("num_rows_rejected")
+    lines = [
+        f"predictions:   {result.get('predictions_csv_uri')} ({read} row(s) read = "
+        f"{result.get('num_rows_predicted')} predicted + {rejected} rejected)"
+    ]
+    if rejected:
+        lines.append(f"rejected rows to predict: listed in {result.get('rejected_rows_uri')}")
+    return lines
 
 
 SKILL_WORDS = "accuracy skill over the majority-class guess"

@@ -15,6 +15,16 @@ CLASS_WEIGHTS_PROPERTY = "class_weights"
 # The SchemaGen Schema artifact property listing the features it restored (comma-separated;
 # components.tfx_components.schema_gen.executor.RESTORED_PROPERTY, under this name).
 RESTORED_PROPERTY = "restored_features"
+# The BulkInferrer's InferenceResult properties (components.tfx_components.bulk_inferrer.executor
+# sets them, under these names).
+INFERENCE_PROPERTIES = (
+    "blessed",
+    "predictions_csv_uri",
+    "num_rows_predicted",
+    "num_rows_read",
+    "num_rows_rejected",
+    "rejected_rows_uri",
+)
 
 
 @dataclasses.dataclass
@@ -41,6 +51,9 @@ class RunSummary:
     # Inferred schema: the columns with values in some split(s) only, which TFDV deprecates and
     # SchemaGen kept as optional features (components.tfx_components.schema_gen).
     restored_features: list[str] = dataclasses.field(default_factory=list)
+    # --infer_data: the BulkInferrer's InferenceResult properties (blessed, predictions_csv_uri,
+    # num_rows_predicted, num_rows_read, num_rows_rejected, rejected_rows_uri); None without.
+    inference: dict | None = None
 
     @property
     def all_cached(self) -> bool:
@@ -61,6 +74,9 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     failures: list[dict] = []
     listing, confusion, names, weights = None, None, [], {}
     restored: list[str] = []
+    inference = None
+    for result in outputs.get("BulkInferrer", {}).get("InferenceResult", []):
+        inference = {name: records.custom_value(result, name) for name in INFERENCE_PROPERTIES}
     for evaluated in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
         metrics = evaluation.overall_metrics(evaluated.uri)
         failures = evaluation.validation_failures(evaluated.uri)
@@ -104,6 +120,7 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         class_names=names,
         class_weights=weights,
         restored_features=restored,
+        inference=inference,
     )
 
 

@@ -32,6 +32,8 @@ class ShardedCsvExampleGenSpec(standard_component_specs.FileBasedExampleGenSpec)
         executor.EXCLUDED_COLUMNS_KEY: ExecutionParameter(type=str, optional=True),
         # Rows with no value in this column are rejected.
         executor.LABEL_KEY: ExecutionParameter(type=str, optional=True),
+        # JSON list: rows to predict with no value in one of these columns are rejected.
+        executor.REQUIRED_COLUMNS_KEY: ExecutionParameter(type=str, optional=True),
     }
 
 
@@ -55,6 +57,7 @@ class ShardedCsvExampleGen(base_beam_component.BaseBeamComponent):
         delimiter: str = ",",
         excluded_columns: tuple[str, ...] = (),
         label_key: str = "",
+        required_columns: tuple[str, ...] = (),
     ):
         output_config = example_gen_pb2.Output(
             split_config=example_gen_pb2.SplitConfig(
@@ -79,6 +82,11 @@ class ShardedCsvExampleGen(base_beam_component.BaseBeamComponent):
             delimiter=delimiter,
             excluded_columns=json.dumps(list(excluded_columns)),
             label_key=label_key,
+            **(
+                {executor.REQUIRED_COLUMNS_KEY: json.dumps(list(required_columns))}
+                if required_columns
+                else {}
+            ),
             examples=channel.Channel(type=standard_artifacts.Examples),
         )
         super().__init__(spec=spec)

@@ -367,10 +367,14 @@ def _convert_column(values: pa.ChunkedArray, column_type: str) -> tuple[pa.Array
 
 
 def convert_table(
-    parsed: ParsedFile, column_types: Mapping[str, str], required_columns: Sequence[str] = ()
+    parsed: ParsedFile,
+    column_types: Mapping[str, str],
+    required_columns: Sequence[str] = (),
+    why_required: str = "the label",
 ) -> tuple[pa.RecordBatch, list[RejectedRow], pa.Array]:
     """Typed list columns ready for tf.Example encoding; rows with an unconvertible cell, or
-    with no value in a required column (the label), rejected.
+    with no value in a required column (the label; for rows to predict, a column the model
+    needs in every row: `why_required` says which), rejected.
 
     Returns the record batch of kept rows, the rejected rows, and the keep mask over the parsed
     rows (to line kept rows up with their raw text).
@@ -396,7 +400,9 @@ def convert_table(
             parsed.table.column(name).is_null().combine_chunks().to_numpy(zero_copy_only=False)
         )
         for index in np.flatnonzero(missing):
-            row_errors.setdefault(int(index), []).append(f"column {name!r} (the label) is empty")
+            row_errors.setdefault(int(index), []).append(
+                f"column {name!r} ({why_required}) is empty"
+            )
     keep = np.ones(parsed.table.num_rows, dtype=bool)
     rejected = []
     for index, reasons in sorted(row_errors.items()):

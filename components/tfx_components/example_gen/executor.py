@@ -11,7 +11,9 @@ with file, line and reason, failing the run when they exceed `max_rejected_fract
 
 Parameters (see component.ShardedCsvExampleGenSpec): num_shards, null_values (JSON list),
 column_types (JSON object; empty: inferred over all files), max_rejected_fraction, delimiter,
-excluded_columns (JSON list: never written), label_key (rows without a label are rejected).
+excluded_columns (JSON list: never written), label_key (rows without a label are rejected),
+required_columns (JSON list; rows to predict: rows with no value in a column the model requires
+in every row are rejected, as its tf.Example parse would fail on them).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ MAX_REJECTED_FRACTION_KEY = "max_rejected_fraction"
 DELIMITER_KEY = "delimiter"
 EXCLUDED_COLUMNS_KEY = "excluded_columns"
 LABEL_KEY = "label_key"
+REQUIRED_COLUMNS_KEY = "required_columns"
+# Why a required column of rows to predict needs a value, in a rejected row's reason.
+WHY_REQUIRED = "the model requires a value in every row"
 
 
 class TooManyRejectedRowsError(ValueError):
@@ -65,6 +70,8 @@ class CsvFormat:
     delimiter: str = ","
     excluded_columns: tuple[str, ...] = ()
     label_key: str = ""
+    # Rows to predict: the columns the model requires a value in (fixed-shape features).
+    required_columns: tuple[str, ...] = ()
 
     def read(self, file_range: csv_reader.FileRange, expected_columns) -> csv_reader.ParsedFile:
         return csv_reader.read_csv_as_strings(
@@ -142,7 +149,12 @@ class _CsvFileToExamples(beam.DoFn):
     def process(self, file_range: csv_reader.FileRange, column_types: dict[str, str]):
         parsed = self._format.read(file_range, list(column_types))
         label = [self._format.label_key] if self._format.label_key in column_types else []
-        record_batch, bad_cells, keep = csv_reader.convert_table(parsed, column_types, label)
+        if self._format.required_columns:
+            record_batch, bad_cells, keep = csv_reader.convert_table(
+                parsed, column_types, self._format.required_columns, WHY_REQUIRED
+            )
+        else:
+            record_batch, bad_cells, keep = csv_reader.convert_table(parsed, column_types, label)
         rejected = parsed.rejected + bad_cells
         self._rows_read.inc(parsed.table.num_rows + len(parsed.rejected))
         self._rows_rejected.inc(len(rejected))
@@ -230,6 +242,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             delimiter=exec_properties.get(DELIMITER_KEY) or ",",
             excluded_columns=tuple(json.loads(exec_properties.get(EXCLUDED_COLUMNS_KEY) or "[]")),
             label_key=exec_properties.get(LABEL_KEY) or "",
+            required_columns=tuple(json.loads(exec_properties.get(REQUIRED_COLUMNS_KEY) or "[]")),
         )
         column_types = json.loads(exec_properties.get(COLUMN_TYPES_KEY) or "{}") or None
         max_rejected_fraction = float(exec_properties.get(MAX_REJECTED_FRACTION_KEY, 0.0))

@@ -141,6 +141,8 @@ def flink_run(flink, tmp_path_factory):
         # The jobs of this module's runs (the session's cluster runs other modules' too).
         "window_ms": (started_ms, ended_ms),
         "metadata": str(base / "metadata.sqlite"),
+        "sandbox": sandbox,
+        "script": script,
     }
 
 
@@ -205,6 +207,54 @@ def test_model_quality_as_on_the_direct_runner(flink_run, penguin_runs):
         "Flink", flink_run["metadata"], penguin_runs["metadata"]
     )
     assert on_cluster["example_count"] == 91
+
+
+def test_infer_data_runs_the_rows_example_gen_and_bulk_inferrer_as_flink_jobs(
+    flink, flink_run, penguins_csv, tmp_path
+):
+    """The page's command again with --infer_data: every other component reused from the cache;
+    the rows' ExampleGen and the BulkInferrer (TFX's inference, then the predictions CSV) run as
+    Flink jobs, and predict what pipeline.predict predicts with the pushed model."""
+    import csv
+
+    from pipeline import predict
+
+    with open(penguins_csv, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if "NA" not in r.values()][:10]
+    columns = [name for name in rows[0] if name != "species"]
+    (tmp_path / "rows").mkdir()
+    path = tmp_path / "rows" / "rows.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows([row[name] for name in columns] for row in rows)
+    sandbox = flink_run["sandbox"]
+    script = flink_run["script"].rstrip("\n") + f" --infer_data {tmp_path / 'rows'}\n"
+    started_ms = int(time.time() * 1000)
+    result = subprocess.run(
+        ["bash", "-c", script],
+        cwd=sandbox.root,
+        env=sandbox.env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "2 component(s) executed, 9 reused" in result.stdout, result.stdout
+    assert "(10 row(s) read = 10 predicted + 0 rejected)" in result.stdout, result.stdout
+    jobs = [j for j in flink.cluster.jobs() if j["start-time"] >= started_ms]
+    assert sorted(j["state"] for j in jobs) == ["FINISHED"] * 3, jobs
+    predictions = result.stdout.split("  predictions:   ")[1].split(" (")[0]
+    with open(predictions, newline="") as handle:
+        by_input = {tuple(r[: len(columns)]): r[len(columns)] for r in csv.reader(handle)}
+    model = predict.resolve_model_dir(
+        str(sandbox.output_root / "penguins-pipeline" / "serving_model")
+    )
+    for line, text, _ in predict.predict_csv(model, str(path)):
+        cells = rows[line - 2]
+        key = tuple(str(float(cells[n])) if n.startswith("bill_") else cells[n] for n in columns)
+        assert by_input[key] == text.split("=", 1)[1].split("\t")[0]
 
 
 # --- faults that must stop a run within seconds, before any component -------------------------

@@ -1,0 +1,1 @@
+"""TFX's BulkInferrer, whose executor also writes the predictions as a CSV file."""
