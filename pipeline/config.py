@@ -12,6 +12,7 @@ import os
 
 from components import ConfigError
 from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
+from pipeline.tuning import TuneConfig
 from pipeline.user_code import UserCode
 
 BEAM_MODES = ("in_memory", "multi_processing")
@@ -389,6 +390,8 @@ class PipelineConfig:
     # The user's preprocessing_fn, run_fn, model hook, custom_config and EvalConfig (empty: the
     # project's own), checked by pipeline.user_code before the config is built.
     user_code: UserCode = UserCode()
+    # --tune: TFX's Tuner before the Trainer (pipeline.tuning).
+    tuning: TuneConfig = TuneConfig()
 
     def metadata_connection_config(self):
         """ml-metadata ConnectionConfig of this pipeline's store."""

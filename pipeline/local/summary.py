@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from pipeline.mlmd import connection, evaluation, records
+from pipeline.mlmd import connection, evaluation, records, tuning
 
 # The Trainer's Model artifact property holding the class weights training used (JSON: class
 # name -> weight; components.tfx_components.trainer.executor sets it, under this name).
@@ -41,6 +41,8 @@ class RunSummary:
     # Inferred schema: the columns with values in some split(s) only, which TFDV deprecates and
     # SchemaGen kept as optional features (components.tfx_components.schema_gen).
     restored_features: list[str] = dataclasses.field(default_factory=list)
+    # --tune: the Tuner's best point and its trials (pipeline.mlmd.tuning.describe).
+    tuning: dict = dataclasses.field(default_factory=dict)
 
     @property
     def all_cached(self) -> bool:
@@ -61,6 +63,9 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     failures: list[dict] = []
     listing, confusion, names, weights = None, None, [], {}
     restored: list[str] = []
+    tuned: dict = {}
+    for best in outputs.get("Tuner", {}).get("HyperParameters", []):
+        tuned = tuning.describe(best)
     for evaluated in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
         metrics = evaluation.overall_metrics(evaluated.uri)
         failures = evaluation.validation_failures(evaluated.uri)
@@ -104,6 +109,7 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         class_names=names,
         class_weights=weights,
         restored_features=restored,
+        tuning=tuned,
     )
 
 
