@@ -20,6 +20,14 @@ from tests.docs import pages
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 ROOT = pages.PROJECT_ROOT
+PAGE = "docs/own-model.md"
+# Literal strings: tests/docs/test_doc_commands.py reads which page commands a test runs.
+TUNE = ".venv/bin/python pipeline/run_local.py --tune --max_trials 3 --tune_steps 10 --epochs 2"
+PENGUIN_TUNE = "--eval_steps 5 --tune --max_trials 2 --tune_steps 20"
+TUNE_WORKERS = (
+    ".venv/bin/python pipeline/run_local.py --tune --tune_workers 2 --max_trials 6"
+    " --tune_steps 300 --epochs 1"
+)
 
 
 def run_local(*args, output_root, timeout=1200):
@@ -44,12 +52,18 @@ def mlmd_tuning(output_root) -> dict:
 
 
 def dense_kernels(output_root, pipeline: str) -> list[str]:
-    """The pushed model's Dense kernels (hidden layers and the output layer)."""
+    """The pushed model's Dense kernels (the rank-2 variables: hidden layers and the output
+    layer, no optimizer slots), from its SavedModel's variables checkpoint (any SavedModel: the
+    project's export or a Keras model's)."""
     import tensorflow as tf
 
     [model] = sorted(glob.glob(os.path.join(output_root, pipeline, "serving_model", "*")))[-1:]
-    loaded = tf.saved_model.load(model)
-    return [v.name for v in loaded.model_variables if re.search(r"kernel", v.name)]
+    variables = tf.train.list_variables(os.path.join(model, "variables", "variables"))
+    return [
+        name
+        for name, shape in variables
+        if len(shape) == 2 and "optimizer" not in name.lower() and "OPTIMIZER_SLOT" not in name
+    ]
 
 
 BUILT_IN = ("--tune", "--max_trials", "3", "--tune_steps", "10", "--epochs", "2")
@@ -57,14 +71,18 @@ BUILT_IN = ("--tune", "--max_trials", "3", "--tune_steps", "10", "--epochs", "2"
 
 @pytest.fixture(scope="module")
 def built_in(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tune")
-    first = run_local(*BUILT_IN, output_root=out)
-    return out, first
+    """The page's built-in --tune run, in a sandbox (its ./tfx_output)."""
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("tune"))
+    command = pages.command(PAGE, TUNE)
+    assert command.words()[2:] == list(BUILT_IN)
+    first = sandbox.run(command)
+    return sandbox, first
 
 
 def test_built_in_search_reaches_the_trainer_summary_and_mlmd(built_in):
-    out, first = built_in
-    assert first.returncode == 0, first.stdout + first.stderr
+    sandbox, first = built_in
+    out = sandbox.output_root
+    assert first.returncode == 0, pages.explain(first)
     stdout = first.stdout
     assert "Tuner: the built-in search over width 16|32|64, depth 1|2|3" in stdout
     assert re.search(r"\(6/10\) Tuner executed in", stdout)
@@ -89,9 +107,10 @@ def test_built_in_search_reaches_the_trainer_summary_and_mlmd(built_in):
 
 
 def test_unchanged_rerun_is_fully_cached_and_a_new_space_reruns_the_tuner(built_in):
-    out, first = built_in
+    sandbox, first = built_in
+    out = sandbox.output_root
     assert first.returncode == 0
-    second = run_local(*BUILT_IN, output_root=out)
+    second = sandbox.run(pages.command(PAGE, TUNE))
     assert second.returncode == 0, second.stderr
     assert "0 component(s) executed, 10 reused from cache" in second.stdout, second.stdout
     assert "tuning:        3 trial(s)" in second.stdout
@@ -136,21 +155,20 @@ def test_tfx_penguin_tuner_fn_unchanged_feeds_its_run_fn(tmp_path):
     """TFX's penguin_utils_keras.py from the wheel, unchanged: its tuner_fn searches (2 trials
     of its 6 with --max_trials) and its run_fn builds the best point's model from
     fn_args.hyperparameters."""
-    from tests.test_e2e_tfx_examples import EVAL_CONFIG, tfx_examples, write_penguins_processed
+    from tests.test_e2e_tfx_examples import EVAL_CONFIG, write_penguins_processed
 
-    module = os.path.join(tfx_examples(), "penguin", "penguin_utils_keras.py")
-    write_penguins_processed(tmp_path / "penguin")
-    (tmp_path / "eval.pbtxt").write_text(
+    sandbox = pages.Sandbox(tmp_path)
+    write_penguins_processed(sandbox.tmp / "penguin")
+    (sandbox.tmp / "penguin_eval.pbtxt").write_text(
         EVAL_CONFIG % {"label": "species_xf", "metric": "SparseCategoricalAccuracy"}
     )
-    out = tmp_path / "out"
-    result = run_local(
-        "--data", str(tmp_path / "penguin"), "--label", "species", "--module_file", module,
-        "--eval_config", str(tmp_path / "eval.pbtxt"), "--train_steps", "100",
-        "--eval_steps", "5", "--tune", "--max_trials", "2", "--tune_steps", "20",
-        output_root=out,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    block = pages.block(PAGE, PENGUIN_TUNE)
+    [tfx_line] = [c for c in block if c.text.startswith("TFX=")]
+    [run] = [c for c in block if PENGUIN_TUNE in c.text]
+    assert "--module_file $TFX/penguin/penguin_utils_keras.py" in run.text
+    result = sandbox.run([tfx_line, run], {"DIR": str(sandbox.tmp / "penguin")})
+    out = sandbox.output_root
+    assert result.returncode == 0, pages.explain(result)
     assert "Tuner: your tuner_fn penguin_utils_keras.tuner_fn" in result.stdout
     assert re.search(r"\) Tuner executed in", result.stdout)
     tuning = mlmd_tuning(out)
@@ -165,9 +183,15 @@ def test_tfx_penguin_tuner_fn_unchanged_feeds_its_run_fn(tmp_path):
     )
 
 
+def _find(root, name: str) -> list[str]:
+    """Files called `name` under root, hidden directories included (the Tuner's search runs
+    under its execution's .system/.../.temp/, which glob's ** skips)."""
+    return sorted(os.path.join(folder, name) for folder, _, files in os.walk(root) if name in files)
+
+
 def _trial_states(root) -> list[str]:
     states = []
-    for path in glob.glob(os.path.join(root, "**", "trial_*", "trial.json"), recursive=True):
+    for path in _find(root, "trial.json"):
         try:
             with open(path) as handle:
                 states.append(json.load(handle)["status"])
@@ -179,14 +203,16 @@ def _trial_states(root) -> list[str]:
 def test_two_tuner_workers_survive_a_killed_worker(tmp_path):
     """--tune_workers 2: an oracle chief and two worker processes; tuner1 is killed (SIGKILL)
     after the first trial finished; it is restarted with its tuner id, and the search ends
-    with every trial, the finished ones kept."""
+    with every trial, the finished ones kept. (The search directory is the Tuner execution's
+    temporary one, which TFX removes when the execution succeeds: its trials are read while it
+    runs, the result from the store.)"""
     import signal
     import time
 
     out = tmp_path / "out"
+    words = pages.command(PAGE, TUNE_WORKERS).words()
     process = subprocess.Popen(
-        [sys.executable, "pipeline/run_local.py", "--output_root", str(out), "--tune",
-         "--tune_workers", "2", "--max_trials", "4", "--tune_steps", "150", "--epochs", "1"],
+        [sys.executable, *words[1:], "--output_root", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
     killed = None
@@ -194,7 +220,7 @@ def test_two_tuner_workers_survive_a_killed_worker(tmp_path):
     try:
         while killed is None and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
-            pids = glob.glob(os.path.join(out, "**", "tuner_processes.json"), recursive=True)
+            pids = _find(out, "tuner_processes.json")
             if not pids or "COMPLETED" not in _trial_states(out):
                 continue
             with open(pids[0]) as handle:
@@ -211,9 +237,9 @@ def test_two_tuner_workers_survive_a_killed_worker(tmp_path):
     assert f"tuner worker tuner1 (pid {killed}) ended with signal SIGKILL: restarted" in stdout
     assert "oracle chief on 127.0.0.1:" in stdout
     tuning = mlmd_tuning(out)
-    assert tuning["trials"] == 4 and len(tuning["trial_scores"]) == 4
+    assert tuning["trials"] == 6 and len(tuning["trial_scores"]) == 6
+    assert len({t["trial_id"] for t in tuning["trial_scores"]}) == 6
     assert tuning["workers"] == 2 and tuning["restarts"] == 1
-    assert sorted(_trial_states(out)) == ["COMPLETED"] * 4
     assert re.search(
-        r"tuning:\s+4 trial\(s\), 150 step\(s\) each, 2 workers \(1 restarted\)", stdout
+        r"tuning:\s+6 trial\(s\), 300 step\(s\) each, 2 workers \(1 restarted\)", stdout
     )
