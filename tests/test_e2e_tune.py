@@ -115,7 +115,10 @@ def test_unchanged_rerun_is_fully_cached_and_a_new_space_reruns_the_tuner(built_
     assert "0 component(s) executed, 10 reused from cache" in second.stdout, second.stdout
     assert "tuning:        3 trial(s)" in second.stdout
     space = json.dumps({"tune_space": {"width": [8], "depth": [1], "dropout": []}})
-    third = run_local(*BUILT_IN, "--custom_config", space, output_root=out)
+    # The same command in the same sandbox (the same data path), the space changed.
+    third = sandbox.run(
+        pages.command(PAGE, TUNE), replace={"--epochs 2": f"--epochs 2 --custom_config '{space}'"}
+    )
     assert third.returncode in (0, 3), third.stdout + third.stderr
     assert re.search(r"\) Tuner executed in", third.stdout)
     assert re.search(r"\) Transform (?:reused|cached)", third.stdout), third.stdout
