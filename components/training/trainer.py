@@ -30,15 +30,16 @@ def run_fn(fn_args) -> None:
     label_key, settings = TrainingConfig.from_custom_config(custom_config)
     user_config = custom_config.get(USER_CONFIG_KEY)
     if fn_args.hyperparameters:  # the Tuner's best point (--tune)
-        settings = search_space.with_hyperparameters(
-            settings, fn_args.hyperparameters.get("values", {})
-        )
-        progress_log.info(
-            "training with the Tuner's best point: hidden units %s, learning rate %.4g, dropout %s",
-            list(settings.hidden_units),
-            settings.learning_rate,
-            "none" if settings.dropout is None else f"{settings.dropout:g}",
-        )
+        values = fn_args.hyperparameters.get("values", {})
+        settings = search_space.with_hyperparameters(settings, values)
+        tuned = []
+        if "width" in values or "depth" in values:
+            tuned.append(f"hidden units {list(settings.hidden_units)}")
+        if "learning_rate" in values:
+            tuned.append(f"learning rate {settings.learning_rate:.4g}")
+        if "dropout" in values:
+            tuned.append(f"dropout {settings.dropout:g}")
+        progress_log.info("training with the Tuner's best point: %s", ", ".join(tuned))
     task = TrainTask(
         train_files=_expand(fn_args.train_files),
         eval_files=_expand(fn_args.eval_files),
