@@ -47,6 +47,10 @@ from pipeline import datasets, fingerprints, flags
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 TRAINER_ID = "Trainer"
+# --tune: TFX's Tuner, a task of its own; its trials train the Trainer's model, so it gets the
+# Trainer's image and resources, and its parallel workers (--tune_workers) are processes in its
+# pod beside KerasTuner's oracle chief (components.tfx_components.tuner.distributed).
+TUNER_ID = "Tuner"
 # The container command of every TFX task (TFX's compiler adds the args): the project's entry
 # point, TFX's kubeflow_v2_run_executor with each input's TFX type restored from the compiled
 # inputDefinitions (kubeflow/run_executor.py: KFP's driver and kfp.local send other types).
@@ -246,7 +250,9 @@ def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConf
     for component in tfx_pipeline.components:
         if not isinstance(component, base_component.BaseComponent):
             continue  # a node without a pod (an importer, say)
-        if component.id == TRAINER_ID:
+        if component.id == TUNER_ID:
+            resources = kubeflow.trainer_resources
+        elif component.id == TRAINER_ID:
             resources = kubeflow.trainer_resources
             if not trains_in_trainer_pod(config):
                 # The launcher's pods train; the Trainer's pod only follows them: a small
@@ -513,7 +519,11 @@ def compile_pipeline(
         config, dataset=dataclasses.replace(config.dataset, data_root=data_root)
     )
     tfx_pipeline = attach_platform(builder.create_pipeline(runtime_config), config, kubeflow)
-    images = {DEFAULT_IMAGE_PATH_KEY: kubeflow.image, TRAINER_ID: kubeflow.gpu_image}
+    images = {
+        DEFAULT_IMAGE_PATH_KEY: kubeflow.image,
+        TRAINER_ID: kubeflow.gpu_image,
+        TUNER_ID: kubeflow.gpu_image,
+    }
     runner = v2.KubeflowV2DagRunner(
         config=v2.KubeflowV2DagRunnerConfig(
             display_name=config.pipeline_name,

@@ -45,7 +45,7 @@ from components.tfx_components.transform.component import ShardedTransform
 from components.tfx_components.validation.executor import StrictExampleValidator
 from components.training.settings import USER_CONFIG_KEY
 from components.user_code import USER_MODULE_KEY
-from pipeline import fingerprints, user_code
+from pipeline import fingerprints, tuning, user_code
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 # The serving model is a plain SavedModel (signatures over tf.Examples, components.ml.export),
@@ -302,7 +302,8 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
     # Transform reads the examples, not the validation result: order it explicitly so that an
     # anomaly stops the run before any preprocessing or training.
     transform.add_upstream_node(example_validator)
-    trainer = _trainer(config, examples, transform, schema)
+    tuner = _tuner(config, examples, transform, schema) if config.tuning.enabled else None
+    trainer = _trainer(config, examples, transform, schema, tuner)
     # The newest model the Pusher pushed that is not this candidate: a container component, so
     # that open-source Kubeflow Pipelines (which runs no resolver) and a local run find the
     # baseline the same way (components.tfx_components.baseline says why).
@@ -326,6 +327,7 @@ def create_pipeline(config: PipelineConfig) -> pipeline.Pipeline:
         schema_gen,
         example_validator,
         transform,
+        *([tuner] if tuner is not None else []),
         trainer,
         baseline_model,
         evaluator,
@@ -455,7 +457,7 @@ def _transform(config: PipelineConfig, examples, schema):
     if dataset.timestamp_columns and not user.preprocessing_fn:
         # Only where it changes the result: other runs keep their cache keys.
         project_config[features.TIMESTAMP_COLUMNS_CONFIG] = list(dataset.timestamp_columns)
-    clash = sorted(set(user.custom_config_dict()) & set(project_config))
+    clash = sorted(set(user.component_config()) & set(project_config))
     if clash:
         raise ConfigError(
             f"--custom_config: key(s) {clash} are the project's own Transform settings (set "
@@ -467,14 +469,29 @@ def _transform(config: PipelineConfig, examples, schema):
         schema=schema,
         preprocessing_fn=user.preprocessing_fn or default_fn,
         materialize=materializes_transform(config),
-        custom_config={**project_config, **user.custom_config_dict()},
+        custom_config={**project_config, **user.component_config()},
     ).with_id("Transform")
     if user.from_module(user.preprocessing_fn):
         _runs_user_module(transform, config, user_code.TRANSFORM)
     return transform
 
 
-def _trainer(config: PipelineConfig, examples, transform, schema):
+def _tuner(config: PipelineConfig, examples, transform, schema):
+    """TFX's Tuner over what the Trainer reads (pipeline.tuning): the module's tuner_fn, else the
+    project's search over the model hook's settings."""
+    user = config.user_code
+    tuner = tuning.tuner_component(
+        config,
+        transform.outputs["transformed_examples"] if materializes_transform(config) else examples,
+        transform,
+        schema,
+    )
+    if user.from_module(user.tuner_fn or config.training.model_fn):
+        _runs_user_module(tuner, config, user_code.TUNER)
+    return tuner
+
+
+def _trainer(config: PipelineConfig, examples, transform, schema, tuner=None):
     """Transform's examples, or for images with the project's preprocessing the raw examples
     (encoded bytes) with the transform graph, which the project's input pipeline applies
     (components.ml.inputs.make_dataset). The executor (components.tfx_components.trainer) runs
@@ -482,8 +499,8 @@ def _trainer(config: PipelineConfig, examples, transform, schema):
     custom_config carries the training settings and, under USER_CONFIG_KEY, the user's."""
     dataset, training, user = config.dataset, config.training, config.user_code
     custom_config = training.to_custom_config(dataset.label_key)
-    if user.custom_config:
-        custom_config[USER_CONFIG_KEY] = user.custom_config_dict()
+    if user.component_config():
+        custom_config[USER_CONFIG_KEY] = user.component_config()
     trainer = Trainer(
         run_fn=user.run_fn or RUN_FN,
         examples=transform.outputs["transformed_examples"]
@@ -495,6 +512,8 @@ def _trainer(config: PipelineConfig, examples, transform, schema):
         eval_args=trainer_pb2.EvalArgs(splits=[EVAL_SPLIT], num_steps=training.eval_steps),
         custom_config=custom_config,
         custom_executor_spec=trainer_executor.EXECUTOR_SPEC,
+        # The Tuner's best point: fn_args.hyperparameters (TFX's wiring).
+        hyperparameters=tuner.outputs["best_hyperparameters"] if tuner is not None else None,
     )
     if user.from_module(user.run_fn or training.model_fn):
         _runs_user_module(trainer, config, user_code.TRAINER)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from components import ConfigError
 from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
+from pipeline.tuning import TuneConfig
 from pipeline.user_code import UserCode
 
 if TYPE_CHECKING:
@@ -399,6 +400,8 @@ class PipelineConfig:
     # --infer_data: rows without labels that BulkInferrer predicts when the model is blessed
     # (pipeline.inference checks them against the training columns); None: no BulkInferrer.
     inference: InferenceConfig | None = None
+    # --tune: TFX's Tuner before the Trainer (pipeline.tuning).
+    tuning: TuneConfig = TuneConfig()
 
     def metadata_connection_config(self):
         """ml-metadata ConnectionConfig of this pipeline's store."""

@@ -18,7 +18,7 @@ from typing import Any
 from components import ConfigError
 from components.training.settings import TrainingConfig
 from pipeline import config as config_lib
-from pipeline import datasets, preflight, user_code
+from pipeline import datasets, preflight, tuning, user_code
 from pipeline.beam import runners as beam_runners
 
 _TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if "flag" in f.metadata}
@@ -325,6 +325,7 @@ def add_common_flags(
     add_pipeline_flags(parser, example_shards=example_shards, transform_shards=transform_shards)
     add_training_flags(parser)
     user_code.add_flags(parser)
+    tuning.add_flags(parser)
     beam_runners.add_flags(parser, local=local)
 
 
@@ -366,7 +367,15 @@ def with_user_code(
         training = dataclasses.replace(training, model_fn=user.model_fn)
     if user.run_fn:
         training = run_fn_steps(training, rows, config.train_fraction)
-    return dataclasses.replace(config, user_code=user, training=training).validate()
+    tune = tuning.tune_config(
+        args,
+        rows=rows,
+        train_fraction=config.train_fraction,
+        training=training,
+        images=dataset.is_images,
+        user=user,
+    )
+    return dataclasses.replace(config, user_code=user, training=training, tuning=tune).validate()
 
 
 def run_fn_steps(training: TrainingConfig, rows: int | None, train_fraction: float):

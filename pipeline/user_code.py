@@ -39,15 +39,16 @@ from typing import Any
 
 from components.user_code import MANIFEST_FILE, UserModule
 from pipeline import fingerprints, user_functions
-from pipeline.user_functions import MODEL_FN, PREPROCESSING_FN, RUN_FN, UserCodeError
+from pipeline.user_functions import MODEL_FN, PREPROCESSING_FN, RUN_FN, TUNER_FN, UserCodeError
 
 STAGING_DIR = "_user_code"
 # What runs the user's code, and the module-level functions each ignores in the module file.
-TRANSFORM, TRAINER, EVALUATOR = "Transform", "Trainer", "Evaluator"
+TRANSFORM, TRAINER, EVALUATOR, TUNER = "Transform", "Trainer", "Evaluator", "Tuner"
 ROLES = {
     TRANSFORM: ("run_fn", "build_model", "tuner_fn"),
-    TRAINER: ("preprocessing_fn", "stats_options_updater_fn"),
+    TRAINER: ("preprocessing_fn", "stats_options_updater_fn", "tuner_fn"),
     EVALUATOR: (),
+    TUNER: ("preprocessing_fn", "stats_options_updater_fn", "run_fn"),
 }
 
 
@@ -86,6 +87,8 @@ class UserCode:
     preprocessing_fn: str = ""
     run_fn: str = ""
     model_fn: str = ""
+    # The module's tuner_fn (TFX's Tuner contract), run with --tune.
+    tuner_fn: str = ""
     # JSON object: the user's custom_config.
     custom_config: str = ""
     # A TFMA EvalConfig in text format (the file's content).
@@ -121,6 +124,13 @@ class UserCode:
 
     def custom_config_dict(self) -> dict[str, Any]:
         return json.loads(self.custom_config) if self.custom_config else {}
+
+    def component_config(self) -> dict[str, Any]:
+        """The custom_config Transform and the Trainer get: without the Tuner's search space
+        (tune_space), so that a new space reruns the Tuner (and what its result changes) only."""
+        from components.training.search_space import SPACE_KEY
+
+        return {k: v for k, v in self.custom_config_dict().items() if k != SPACE_KEY}
 
     def from_module(self, function_path: str) -> bool:
         return bool(self.module_name) and function_path.startswith(self.module_name + ".")
@@ -297,6 +307,7 @@ def check(
         preprocessing_fn=functions.get(PREPROCESSING_FN, ""),
         run_fn=functions.get(RUN_FN, ""),
         model_fn=functions.get(MODEL_FN, ""),
+        tuner_fn=functions.get(TUNER_FN, ""),
         custom_config=json.dumps(custom_config, sort_keys=True) if custom_config else "",
         eval_config=eval_config_text,
         eval_config_file=choice.eval_config or "",

@@ -26,12 +26,14 @@ if TYPE_CHECKING:
     from pipeline.user_code import UserCodeChoice
 
 PREPROCESSING_FN, RUN_FN, MODEL_FN = "preprocessing_fn", "run_fn", "build_model"
+TUNER_FN = "tuner_fn"
 # How many positional parameters each function takes.
-_ARITY = {PREPROCESSING_FN: (1, 2), RUN_FN: (1,), MODEL_FN: (1,)}
+_ARITY = {PREPROCESSING_FN: (1, 2), RUN_FN: (1,), MODEL_FN: (1,), TUNER_FN: (1,)}
 _WHAT = {
     PREPROCESSING_FN: "preprocessing_fn(inputs) or preprocessing_fn(inputs, custom_config)",
     RUN_FN: "run_fn(fn_args)",
     MODEL_FN: "build_model(model_inputs)",
+    TUNER_FN: "tuner_fn(fn_args) -> TunerFnResult",
 }
 _CHECKS_FILE = "user_code_checks.json"
 
@@ -239,7 +241,7 @@ def check_functions(
         if module_path:
             where = f"--module_file {choice.module_file}"
             module = _import(name, where, own)
-            for role in (PREPROCESSING_FN, RUN_FN, MODEL_FN):
+            for role in (PREPROCESSING_FN, RUN_FN, MODEL_FN, TUNER_FN):
                 if hasattr(module, role):
                     _check_signature(getattr(module, role), role, f"{where}: {role}")
                     functions[role] = f"{name}.{role}"

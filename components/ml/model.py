@@ -276,7 +276,7 @@ def image_model(model_inputs: ModelInputs) -> keras.Model:
             x = keras.layers.MaxPooling2D()(x)
         x = keras.layers.Flatten()(x)
         x = keras.layers.Dense(128, activation="relu")(x)
-        x = keras.layers.Dropout(0.2)(x)
+        x = keras.layers.Dropout(0.2 if settings.dropout is None else settings.dropout)(x)
     outputs = keras.layers.Dense(
         len(model_inputs.class_names),
         activation="softmax",
@@ -374,8 +374,11 @@ def tabular_model(model_inputs: ModelInputs) -> keras.Model:
 def tabular_head(model_inputs: ModelInputs, inputs: dict[str, Any], x) -> keras.Model:
     """The MLP over an encoded input x (of `inputs`), compiled for the task."""
     settings = model_inputs.settings
+    dropout = getattr(settings, "dropout", None) or 0.0
     for units in settings.hidden_units:
         x = keras.layers.Dense(units, activation="relu")(x)
+        if dropout:
+            x = keras.layers.Dropout(dropout)(x)
     if model_inputs.task == features.REGRESSION:
         # One linear unit in z-score units of the training label (float32 under mixed precision).
         prediction = keras.layers.Dense(1, name=features.NORMALIZED_PREDICTION, dtype="float32")(x)

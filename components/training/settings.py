@@ -431,6 +431,9 @@ class TrainingConfig:
         0.01, f"Adam's learning rate (images: {IMAGE_LEARNING_RATE} unless set)"
     )
     hidden_units: tuple[int, ...] = (32, 16)
+    # Dropout after each hidden layer of the MLP (and before the CNN's softmax); None: the
+    # model's own (none for the MLP, 0.2 for the small CNN). The Tuner's searches set it.
+    dropout: float | None = None
     seed: int = 42
     shuffle: bool = True
     class_weight: str = flag(
@@ -515,6 +518,11 @@ class TrainingConfig:
             bool(self.hidden_units) and all(u >= 1 for u in self.hidden_units),
             _training_field("hidden_units"),
             f"must be positive layer widths, got {self.hidden_units}",
+        )
+        _require(
+            self.dropout is None or 0 <= self.dropout < 1,
+            _training_field("dropout"),
+            f"must be in [0, 1), got {self.dropout}",
         )
         _require(
             self.class_weight in CLASS_WEIGHTS,

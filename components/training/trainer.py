@@ -8,10 +8,12 @@ the launcher the settings name, which runs one process or pod per cluster task.
 from __future__ import annotations
 
 import json
+import logging as std_logging
 
 import tensorflow as tf
 
-from components.training import cluster, launchers
+from components import PROGRESS_LOGGER
+from components.training import cluster, launchers, search_space
 from components.training.loop import TrainTask, train
 from components.training.settings import (
     USER_CONFIG_KEY,
@@ -19,12 +21,25 @@ from components.training.settings import (
     TrainingConfig,
 )
 
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
+
 
 def run_fn(fn_args) -> None:
     """fn_args: tfx.components.FnArgs (train/eval files, transform output, custom_config, ...)."""
     custom_config = fn_args.custom_config or {}
     label_key, settings = TrainingConfig.from_custom_config(custom_config)
     user_config = custom_config.get(USER_CONFIG_KEY)
+    if fn_args.hyperparameters:  # the Tuner's best point (--tune)
+        values = fn_args.hyperparameters.get("values", {})
+        settings = search_space.with_hyperparameters(settings, values)
+        tuned = []
+        if "width" in values or "depth" in values:
+            tuned.append(f"hidden units {list(settings.hidden_units)}")
+        if "learning_rate" in values:
+            tuned.append(f"learning rate {settings.learning_rate:.4g}")
+        if "dropout" in values:
+            tuned.append(f"dropout {settings.dropout:g}")
+        progress_log.info("training with the Tuner's best point: %s", ", ".join(tuned))
     task = TrainTask(
         train_files=_expand(fn_args.train_files),
         eval_files=_expand(fn_args.eval_files),

@@ -38,6 +38,10 @@ def print_start(
 
     for line in user_code.describe(config.user_code):
         out.write(f"  Your code: {line}\n")
+    from pipeline import tuning
+
+    for line in tuning.describe(config.tuning, config.user_code):
+        out.write(f"  {line}\n")
     out.flush()
 
 
@@ -118,6 +122,8 @@ def print_summary(
         out.write(f"  eval metrics:  {metrics}\n")
     for line in describe_classes(summary):
         out.write(f"  {line}\n")
+    if summary.tuning:
+        out.write(f"  tuning:        {describe_tuning(summary.tuning, config)}\n")
     out.write(f"  blessed:       {describe_blessing(summary, config)}\n")
     out.write(f"  pushed model:  {summary.pushed_model or 'not pushed'}\n")
     for line in describe_predictions(summary):
@@ -143,6 +149,28 @@ def describe_predictions(summary: RunSummary) -> list[str]:
     if rejected:
         lines.append(f"rejected rows to predict: listed in {result.get('rejected_rows_uri')}")
     return lines
+
+
+def describe_tuning(tuning: dict, config: config_lib.PipelineConfig) -> str:
+    """The Tuner's trials (and where their default came from), the best score and point."""
+    tune = config.tuning
+    trials = f"{tuning.get('trials')} trial(s)"
+    if tune.trials_from and tuning.get("trials") is not None:
+        trials += f" (--max_trials default {tune.max_trials}, from {tune.trials_from})"
+    steps = f"{tune.steps} step(s) each" + (
+        f" (--tune_steps default, {tune.steps_from})" if tune.steps_from else ""
+    )
+    if tuning.get("workers", 1) > 1:
+        steps += f", {tuning['workers']} workers"
+        if tuning.get("restarts"):
+            steps += f" ({tuning['restarts']} restarted)"
+    score = tuning.get("best_score")
+    best = f"best {tuning.get('objective')} {score:.4f}" if score is not None else "no score"
+    values = ", ".join(
+        f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in sorted(tuning.get("best", {}).items())
+    )
+    return f"{trials}, {steps}; {best}: {values}"
 
 
 SKILL_WORDS = "accuracy skill over the majority-class guess"

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from pipeline.mlmd import connection, evaluation, records
+from pipeline.mlmd import connection, evaluation, records, tuning
 
 # The Trainer's Model artifact property holding the class weights training used (JSON: class
 # name -> weight; components.tfx_components.trainer.executor sets it, under this name).
@@ -54,6 +54,8 @@ class RunSummary:
     # --infer_data: the BulkInferrer's InferenceResult properties (blessed, predictions_csv_uri,
     # num_rows_predicted, num_rows_read, num_rows_rejected, rejected_rows_uri); None without.
     inference: dict | None = None
+    # --tune: the Tuner's best point and its trials (pipeline.mlmd.tuning.describe).
+    tuning: dict = dataclasses.field(default_factory=dict)
 
     @property
     def all_cached(self) -> bool:
@@ -77,6 +79,9 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
     inference = None
     for result in outputs.get("BulkInferrer", {}).get("InferenceResult", []):
         inference = {name: records.custom_value(result, name) for name in INFERENCE_PROPERTIES}
+    tuned: dict = {}
+    for best in outputs.get("Tuner", {}).get("HyperParameters", []):
+        tuned = tuning.describe(best)
     for evaluated in outputs.get("Evaluator", {}).get("ModelEvaluation", []):
         metrics = evaluation.overall_metrics(evaluated.uri)
         failures = evaluation.validation_failures(evaluated.uri)
@@ -121,6 +126,7 @@ def summarize(source, components: list[dict], location: str) -> RunSummary:
         class_weights=weights,
         restored_features=restored,
         inference=inference,
+        tuning=tuned,
     )
 
 

@@ -187,6 +187,10 @@ def parse_args(argv):
         "the majority-class guess, per-class precision and recall, the confusion matrix",
     )
     evaluation_parser.add_argument("run", nargs="?")
+    tuning_parser = commands.add_parser(
+        "tuning", help="a run's Tuner (--tune): the best hyperparameters, trials, workers"
+    )
+    tuning_parser.add_argument("run", nargs="?")
     report_parser = commands.add_parser("report", help="a self-contained HTML page about a run")
     report_parser.add_argument("run", nargs="?")
     report_parser.add_argument("--out", default=None, help="default: report-<row>.html in the cwd")
@@ -194,7 +198,7 @@ def parse_args(argv):
         "--compare", default=None, metavar="RUN", help="add what changed since RUN (diff)"
     )
     subcommands += [executions_parser, artifacts_parser, lineage_parser, diff_parser]
-    subcommands += [evaluation_parser, report_parser]
+    subcommands += [evaluation_parser, report_parser, tuning_parser]
     for subcommand in subcommands:
         # Accepted after the subcommand too; SUPPRESS keeps a --json given before it.
         _json_flag(subcommand, argparse.SUPPRESS)
@@ -257,6 +261,16 @@ def run(args, out) -> None:
             out.write(json.dumps(section, indent=2, sort_keys=True, default=str) + "\n")
         else:
             _print_evaluation(chosen.name, section, out)
+        return
+    elif args.command == "tuning":
+        from pipeline.mlmd import tuning
+
+        chosen = db.run(args.run)
+        section = tuning.run_tuning(db, chosen)
+        if args.json:
+            out.write(json.dumps(section, indent=2, sort_keys=True, default=str) + "\n")
+        else:
+            tuning.print_tuning(chosen.name, section, out)
         return
     elif args.command == "report":
         # Jinja2 and grandalf load with it: only this command pays for them.

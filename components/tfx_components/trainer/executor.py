@@ -47,6 +47,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             properties = dict(exec_properties, **{CUSTOM_CONFIG_KEY: json.dumps(custom_config)})
             self._run_and_check(input_dict, output_dict, properties, run_fn, module)
             record_training_result(output_dict)
+            record_tuned_settings(input_dict, output_dict, custom_config)
             return
         _, settings = TrainingConfig.from_custom_config(custom_config)
         settings = settings.validate()
@@ -128,6 +129,32 @@ def record_training_result(output_dict) -> None:
             model_artifact.set_string_custom_property(
                 CLASS_WEIGHTS_PROPERTY, json.dumps(result["class_weights"])
             )
+
+
+# The Model artifact's custom property with the settings the Tuner's best point decided (JSON:
+# hidden_units, learning_rate, dropout), when the Trainer had the Tuner's hyperparameters.
+TUNED_SETTINGS_PROPERTY = "tuned_settings"
+
+
+def record_tuned_settings(input_dict, output_dict, custom_config: dict) -> None:
+    """The settings the project's run_fn trained with after applying the Tuner's best point."""
+    hyperparameters = input_dict.get(standard_component_specs.HYPERPARAMETERS_KEY)
+    if not hyperparameters:
+        return
+    import tensorflow as tf
+    from tfx.utils import io_utils
+
+    from components.training import search_space
+
+    path = io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri(hyperparameters))
+    with tf.io.gfile.GFile(path) as handle:
+        values = json.load(handle).get("values", {})
+    _, settings = TrainingConfig.from_custom_config(custom_config)
+    tuned = search_space.tuned_settings(search_space.with_hyperparameters(settings, values))
+    for model_artifact in output_dict[standard_component_specs.MODEL_KEY]:
+        model_artifact.set_string_custom_property(
+            TUNED_SETTINGS_PROPERTY, json.dumps(tuned, sort_keys=True)
+        )
 
 
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:

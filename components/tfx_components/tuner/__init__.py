@@ -1,0 +1,1 @@
+"""TFX's Tuner with the user's module importable and KerasTuner's distributed mode locally."""

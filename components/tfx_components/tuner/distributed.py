@@ -1,0 +1,280 @@
+"""KerasTuner's distributed mode on one machine (or in the Tuner's pod), which TFX's Tuner offers
+on Vertex AI only: one oracle chief process and N tuner worker processes, all running the same
+tuner_fn on the same working directory.
+
+    python -m components.tfx_components.tuner.distributed TASK_FILE
+
+with KERASTUNER_TUNER_ID (chief, tuner0..tunerN-1), KERASTUNER_ORACLE_IP (127.0.0.1) and
+KERASTUNER_ORACLE_PORT (a loopback port no socket holds, picked by binding port 0; the chief's
+port is checked listening before any worker starts, and a chief that cannot bind it is started
+again on another). The chief's oracle hands out the trials and keeps every finished one (in
+memory and in its directory); a worker that dies (killed, OOM) is started again with its tuner
+id, and the oracle gives it back the trial it was running, up to max_restarts times a worker.
+When the oracle has handed out max_trials, the workers stop, the chief writes TFX's
+best_hyperparameters and tuner_results files and a summary, and every process has exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging as std_logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from components import KERAS_ENV, PROGRESS_LOGGER
+
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
+CHIEF = "chief"
+ORACLE_IP = "127.0.0.1"
+TASK_FILE = "tuner_task.json"
+# {tuner id: pid} of the running processes, rewritten at every (re)start: for a reader (and the
+# test that kills a worker).
+PIDS_FILE = "tuner_processes.json"
+SUMMARY_FILE = "chief_summary.json"
+POLL_SECONDS = 0.5
+CHIEF_LISTEN_SECONDS = 120
+PORT_ATTEMPTS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class TunerTask:
+    """What every process of the search reads: TFX's artifact dicts as JSON, the exec
+    properties tuner_fn sees, the shared working directory and --max_trials."""
+
+    input_dict: str
+    output_dict: str
+    exec_properties: str
+    working_dir: str
+    max_trials: int | None
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(dataclasses.asdict(self), handle)
+
+    @classmethod
+    def load(cls, path: str) -> TunerTask:
+        with open(path, encoding="utf-8") as handle:
+            return cls(**json.load(handle))
+
+
+def free_port() -> int:
+    """A loopback port no socket holds now (bound at port 0 and released)."""
+    with socket.socket() as probe:
+        probe.bind((ORACLE_IP, 0))
+        return probe.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex((ORACLE_IP, port)) == 0
+
+
+class _Processes:
+    """The chief and the workers: started, watched, restarted, stopped."""
+
+    def __init__(self, task_path: str, working_dir: str, port: int):
+        self.task_path = task_path
+        self.working_dir = working_dir
+        self.port = port
+        self.running: dict[str, subprocess.Popen] = {}
+        self.logs = os.path.join(working_dir, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+
+    def start(self, tuner_id: str) -> subprocess.Popen:
+        env = dict(
+            os.environ,
+            **KERAS_ENV,
+            KERASTUNER_TUNER_ID=tuner_id,
+            KERASTUNER_ORACLE_IP=ORACLE_IP,
+            KERASTUNER_ORACLE_PORT=str(self.port),
+        )
+        log = open(os.path.join(self.logs, f"{tuner_id}.log"), "ab")  # noqa: SIM115 (child's)
+        with log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", __name__, self.task_path],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.running[tuner_id] = process
+        self._write_pids()
+        return process
+
+    def _write_pids(self) -> None:
+        path = os.path.join(self.working_dir, PIDS_FILE)
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump({k: p.pid for k, p in self.running.items()}, handle)
+        os.replace(path + ".tmp", path)
+
+    def log_tail(self, tuner_id: str, lines: int = 8) -> str:
+        try:
+            with open(os.path.join(self.logs, f"{tuner_id}.log"), errors="replace") as handle:
+                return "".join(handle.readlines()[-lines:]).strip()
+        except OSError:
+            return ""
+
+    def stop_all(self, grace: float = 10) -> None:
+        for process in self.running.values():
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for process in self.running.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _start_chief(task_path: str, working_dir: str) -> _Processes:
+    """The chief on a free port, checked listening; another port when it could not bind."""
+    for _ in range(PORT_ATTEMPTS):
+        processes = _Processes(task_path, working_dir, free_port())
+        chief = processes.start(CHIEF)
+        deadline = time.monotonic() + CHIEF_LISTEN_SECONDS
+        while time.monotonic() < deadline and chief.poll() is None:
+            if _listening(processes.port):
+                return processes
+            time.sleep(POLL_SECONDS)
+        processes.stop_all()
+        if chief.returncode not in (None, 0, -signal.SIGTERM) and "bind" not in (
+            processes.log_tail(CHIEF, 40).lower()
+        ):
+            raise RuntimeError(
+                f"the tuner's oracle chief ended with {_describe_exit(chief.returncode)}: "
+                f"{processes.log_tail(CHIEF)} (log: {processes.logs}/{CHIEF}.log)"
+            )
+    raise RuntimeError(
+        f"the tuner's oracle chief did not listen on a loopback port in {PORT_ATTEMPTS} attempts "
+        f"(log: {working_dir}/logs/{CHIEF}.log)"
+    )
+
+
+def run(
+    input_dict,
+    output_dict,
+    exec_properties: dict[str, Any],
+    working_dir: str,
+    *,
+    workers: int,
+    max_trials: int | None,
+    max_restarts: int,
+) -> dict[str, Any]:
+    """Runs the search; returns the chief's summary (trials, best_score, objective,
+    best_values) and restarts: the workers started again."""
+    from tfx.types import artifact_utils
+
+    os.makedirs(working_dir, exist_ok=True)
+    task_path = os.path.join(working_dir, TASK_FILE)
+    TunerTask(
+        input_dict=artifact_utils.jsonify_artifact_dict(input_dict),
+        output_dict=artifact_utils.jsonify_artifact_dict(output_dict),
+        exec_properties=json.dumps(
+            {
+                k: v
+                for k, v in exec_properties.items()
+                if isinstance(v, (str, int, float, bool, type(None)))
+            }
+        ),
+        working_dir=working_dir,
+        max_trials=max_trials,
+    ).save(task_path)
+    processes = _start_chief(task_path, working_dir)
+    progress_log.info(
+        "oracle chief on %s:%d, %d tuner worker(s)", ORACLE_IP, processes.port, workers
+    )
+    restarts = {f"tuner{i}": 0 for i in range(workers)}
+    try:
+        for tuner_id in restarts:
+            processes.start(tuner_id)
+        _watch(processes, restarts, max_restarts)
+    finally:
+        processes.stop_all()
+    with open(os.path.join(working_dir, SUMMARY_FILE), encoding="utf-8") as handle:
+        result = json.load(handle)
+    result["restarts"] = sum(restarts.values())
+    return result
+
+
+def _watch(processes: _Processes, restarts: dict[str, int], max_restarts: int) -> None:
+    """Until the chief exits: a worker that failed is started again with its tuner id."""
+    chief = processes.running[CHIEF]
+    while True:
+        code = chief.poll()
+        if code is not None:
+            if code != 0:
+                raise RuntimeError(
+                    f"the tuner's oracle chief ended with {_describe_exit(code)}: "
+                    f"{processes.log_tail(CHIEF)} (log: {processes.logs}/{CHIEF}.log)"
+                )
+            return
+        for tuner_id in restarts:
+            code = processes.running[tuner_id].poll()
+            if code is None or code == 0:
+                continue
+            if restarts[tuner_id] >= max_restarts:
+                raise RuntimeError(
+                    f"tuner worker {tuner_id} ended with {_describe_exit(code)} after "
+                    f"{max_restarts} restart(s): {processes.log_tail(tuner_id)} (log: "
+                    f"{processes.logs}/{tuner_id}.log)"
+                )
+            restarts[tuner_id] += 1
+            old = processes.running[tuner_id].pid
+            new = processes.start(tuner_id).pid
+            progress_log.info(
+                "tuner worker %s (pid %d) ended with %s: restarted as pid %d; the oracle keeps "
+                "the finished trials and gives it back its unfinished one",
+                tuner_id,
+                old,
+                _describe_exit(code),
+                new,
+            )
+        time.sleep(POLL_SECONDS)
+
+
+def main(task_path: str) -> int:
+    """One process of the search: the chief serves the oracle until every trial is done, then
+    writes TFX's output files and the summary; a worker runs trials until the oracle stops."""
+    from tfx.components.tuner import executor as tfx_tuner_executor
+    from tfx.types import artifact_utils
+
+    from components import user_code
+    from components.tfx_components.tuner import executor
+
+    task = TunerTask.load(task_path)
+    exec_properties = json.loads(task.exec_properties)
+    user_code.activate(user_code.from_exec_properties(exec_properties))
+    input_dict = artifact_utils.parse_artifact_dict(task.input_dict)
+    tuner = executor.search(input_dict, exec_properties, task.working_dir, task.max_trials)
+    if os.environ.get("KERASTUNER_TUNER_ID") == CHIEF:
+        output_dict = artifact_utils.parse_artifact_dict(task.output_dict)
+        tfx_tuner_executor.write_best_hyperparameters(tuner, output_dict)
+        path = os.path.join(task.working_dir, SUMMARY_FILE)
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump(executor.summary(tuner), handle)
+        os.replace(path + ".tmp", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

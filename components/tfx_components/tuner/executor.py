@@ -1,0 +1,147 @@
+"""Tuner executor: TFX's Tuner (tuner_fn -> TunerFnResult, then KerasTuner's search and TFX's
+best_hyperparameters / tuner_results files), with
+
+- the user's staged module importable (a module's tuner_fn) and the user's custom_config as
+  fn_args.custom_config, as the Trainer's executor gives a user's run_fn;
+- --max_trials over the tuner's own max_trials when given (TUNING_CONFIG_KEY);
+- --tune_workers N > 1: KerasTuner's distributed mode on this machine (or in the Tuner's pod),
+  one oracle chief process and N tuner worker processes (components.tfx_components.tuner
+  .distributed), a killed worker restarted with its tuner id;
+- the trial count, the best score and the workers recorded as custom properties of the
+  HyperParameters artifact, which TFX publishes to MLMD with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging as std_logging
+import os
+from typing import Any
+
+from absl import logging
+from tfx.components.trainer import fn_args_utils
+from tfx.components.tuner import executor as tfx_tuner_executor
+from tfx.dsl.components.base import base_executor, executor_spec
+from tfx.types import standard_component_specs
+
+from components import PROGRESS_LOGGER, user_code
+from components.training.settings import USER_CONFIG_KEY
+
+progress_log = std_logging.getLogger(PROGRESS_LOGGER)
+CUSTOM_CONFIG_KEY = "custom_config"
+# The Tuner's custom_config key with the runner's settings: max_trials (None: the tuner's
+# own), workers, max_restarts (per worker).
+TUNING_CONFIG_KEY = "tuning"
+PROJECT_TUNER_FN = "components.training.tuning.tuner_fn"
+# Custom properties of the HyperParameters artifact.
+TRIALS_PROPERTY = "trials"
+BEST_SCORE_PROPERTY = "best_score"
+OBJECTIVE_PROPERTY = "objective"
+WORKERS_PROPERTY = "tune_workers"
+RESTARTS_PROPERTY = "worker_restarts"
+
+
+class TunerFnError(ValueError):
+    """A tuner_fn that does not keep TFX's contract; the message names it."""
+
+
+def split_properties(exec_properties: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the exec properties tuner_fn sees, the runner's tuning settings): a user's tuner_fn gets
+    the user's custom_config only, the project's its whole custom_config."""
+    custom_config = json.loads(exec_properties.get(CUSTOM_CONFIG_KEY) or "null") or {}
+    tuning = custom_config.pop(TUNING_CONFIG_KEY, None) or {}
+    if exec_properties.get("tuner_fn") != PROJECT_TUNER_FN:
+        custom_config = custom_config.get(USER_CONFIG_KEY) or {}
+    return dict(exec_properties, **{CUSTOM_CONFIG_KEY: json.dumps(custom_config)}), tuning
+
+
+def search(input_dict, exec_properties, working_dir: str, max_trials: int | None):
+    """TFX's search() (tfx.components.tuner.executor), with the result checked and
+    --max_trials applied before the search: the tuner, searched."""
+    tuner_fn = exec_properties["tuner_fn"]
+    fn_args = fn_args_utils.get_common_fn_args(input_dict, exec_properties, working_dir)
+    result = user_code.load_function(tuner_fn)(fn_args)
+    tuner = getattr(result, "tuner", None)
+    if tuner is None or not isinstance(getattr(result, "fit_kwargs", None), dict):
+        raise TunerFnError(
+            f"tuner_fn {tuner_fn} returned {type(result).__name__}; return "
+            "tfx.components.TunerFnResult(tuner=<a KerasTuner tuner>, fit_kwargs={...})"
+        )
+    if max_trials and hasattr(tuner.oracle, "max_trials"):
+        tuner.oracle.max_trials = max_trials
+    tuner.search(**result.fit_kwargs)
+    return tuner
+
+
+def completed_trials(tuner) -> list:
+    from keras_tuner.engine import trial as trial_module
+
+    return [
+        t
+        for t in tuner.oracle.trials.values()
+        if t.status == trial_module.TrialStatus.COMPLETED and t.score is not None
+    ]
+
+
+def summary(tuner) -> dict[str, Any]:
+    """What the artifact records: completed trials, the best score, the objective."""
+    done = completed_trials(tuner)
+    objective = tuner.oracle.objective
+    best = tuner.oracle.get_best_trials(1)
+    return {
+        "trials": len(done),
+        "best_score": float(best[0].score) if best and best[0].score is not None else None,
+        "objective": getattr(objective, "name", str(objective)),
+        "best_values": best[0].hyperparameters.values if best else {},
+    }
+
+
+class Executor(base_executor.BaseExecutor):
+    def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 (TFX API)
+        if tfx_tuner_executor.get_tune_args(exec_properties):
+            raise ValueError("TuneArgs is not supported by this Tuner's Executor.")
+        user_code.activate(user_code.from_exec_properties(exec_properties))
+        properties, tuning = split_properties(exec_properties)
+        workers = int(tuning.get("workers") or 1)
+        max_trials = tuning.get("max_trials")
+        working_dir = os.path.join(self._get_tmp_dir(), "search")
+        restarts = 0
+        if workers <= 1:
+            tuner = search(input_dict, properties, working_dir, max_trials)
+            tfx_tuner_executor.write_best_hyperparameters(tuner, output_dict)
+            result = summary(tuner)
+        else:
+            from components.tfx_components.tuner import distributed
+
+            result = distributed.run(
+                input_dict,
+                output_dict,
+                properties,
+                working_dir,
+                workers=workers,
+                max_trials=max_trials,
+                max_restarts=int(tuning.get("max_restarts", 2)),
+            )
+            restarts = result["restarts"]
+        _record(output_dict, result, workers, restarts)
+        progress_log.info(
+            "%d trial(s), best %s %s: %s",
+            result["trials"],
+            result["objective"],
+            "none" if result["best_score"] is None else f"{result['best_score']:.4f}",
+            json.dumps(result["best_values"], sort_keys=True),
+        )
+        logging.info("Tuner result: %s", result)
+
+
+def _record(output_dict, result: dict, workers: int, restarts: int) -> None:
+    for artifact in output_dict[standard_component_specs.BEST_HYPERPARAMETERS_KEY]:
+        artifact.set_int_custom_property(TRIALS_PROPERTY, int(result["trials"]))
+        if result["best_score"] is not None:
+            artifact.set_float_custom_property(BEST_SCORE_PROPERTY, result["best_score"])
+        artifact.set_string_custom_property(OBJECTIVE_PROPERTY, result["objective"])
+        artifact.set_int_custom_property(WORKERS_PROPERTY, workers)
+        artifact.set_int_custom_property(RESTARTS_PROPERTY, restarts)
+
+
+EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)

@@ -1,0 +1,57 @@
+"""--tune compiled for Kubeflow: TFX's Tuner as a task of its own (the project's executor, the
+Trainer's image and resources, its settings and the built-in search space in its custom_config)
+whose best_hyperparameters the Trainer's task takes as its hyperparameters input."""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf import json_format
+
+from kubeflow import compile as compiler
+from tests.kubeflow.test_compile import GPU_IMAGE, _compile, _container, _task_parameter
+
+TUNER_EXECUTOR = "components.tfx_components.tuner.executor.Executor"
+
+
+def test_tuner_is_a_task_feeding_the_trainer(tmp_path_factory):
+    spec, platform, _ = _compile(
+        tmp_path_factory,
+        "tune",
+        "--gpus=1",
+        "--tune",
+        "--tune_workers=2",
+        "--max_trials=4",
+        "--tune_steps=20",
+        '--custom_config={"tune_space": {"width": [8, 16]}}',
+    )
+    tasks = spec.root.dag.tasks
+    assert "Tuner" in tasks and "Trainer" in tasks
+    container = _container(spec, "Tuner")
+    assert container.image == GPU_IMAGE
+    assert list(container.command) == compiler.EXECUTOR_COMMAND
+    args = list(container.args)
+    assert args[args.index("--executor_class_path") + 1] == TUNER_EXECUTOR
+    trainer = _container(spec, "Trainer").resources
+    assert (container.resources.cpu_limit, container.resources.accelerator.count) == (
+        trainer.cpu_limit,
+        trainer.accelerator.count,
+    )
+    # The Tuner reads Transform's outputs and the Trainer reads the Tuner's best point.
+    assert set(tasks["Tuner"].dependent_tasks) >= {"Transform"}
+    hyperparameters = tasks["Trainer"].inputs.artifacts["hyperparameters"]
+    assert hyperparameters.task_output_artifact.producer_task == "Tuner"
+    assert hyperparameters.task_output_artifact.output_artifact_key == "best_hyperparameters"
+    config = json.loads(_task_parameter(spec, "Tuner", "custom_config"))
+    assert config["tuning"] == {"max_trials": 4, "workers": 2, "max_restarts": 2}
+    assert config["tune_space"]["width"] == [8, 16]
+    assert _task_parameter(spec, "Tuner", "tuner_fn") == "components.training.tuning.tuner_fn"
+    # The search space is the Tuner's only: the Trainer's custom_config has no tune_space.
+    assert "tune_space" not in _task_parameter(spec, "Trainer", "custom_config")
+    train_args = json.loads(_task_parameter(spec, "Tuner", "train_args"))
+    assert train_args["num_steps"] == 20
+    # On the GPU pool like the Trainer (it requests the Trainer's GPUs).
+    executors = json_format.MessageToDict(platform.platforms["kubernetes"].deployment_spec)[
+        "executors"
+    ]
+    assert spec.components["Tuner"].executor_label in executors

@@ -1,0 +1,248 @@
+"""--tune end to end on the embedded penguins (2-3 short trials each): TFX's Tuner before the
+Trainer with the built-in search and with TFX's own penguin_utils_keras.py (its tuner_fn and
+run_fn, unchanged from the wheel), the best point reaching the Trainer, the run's summary and
+`python -m pipeline.mlmd tuning`; an unchanged rerun fully cached; a bad search space refused
+in one line; --tune_workers 2 surviving a killed worker."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.docs import pages
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+ROOT = pages.PROJECT_ROOT
+PAGE = "docs/own-model.md"
+# Literal strings: tests/docs/test_doc_commands.py reads which page commands a test runs.
+TUNE = ".venv/bin/python pipeline/run_local.py --tune --max_trials 3 --tune_steps 10 --epochs 2"
+PENGUIN_TUNE = "--eval_steps 5 --tune --max_trials 2 --tune_steps 20"
+TUNE_WORKERS = (
+    ".venv/bin/python pipeline/run_local.py --tune --tune_workers 2 --max_trials 6"
+    " --tune_steps 300 --epochs 1"
+)
+
+
+def run_local(*args, output_root, timeout=1200):
+    return subprocess.run(
+        [sys.executable, "pipeline/run_local.py", "--output_root", str(output_root), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def mlmd_tuning(output_root) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.mlmd", "--output_root", str(output_root), "tuning",
+         "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def dense_kernels(output_root, pipeline: str) -> list[str]:
+    """The pushed model's Dense kernels (the rank-2 variables: hidden layers and the output
+    layer, no optimizer slots), from its SavedModel's variables checkpoint (any SavedModel: the
+    project's export or a Keras model's)."""
+    import tensorflow as tf
+
+    [model] = sorted(glob.glob(os.path.join(output_root, pipeline, "serving_model", "*")))[-1:]
+    variables = tf.train.list_variables(os.path.join(model, "variables", "variables"))
+    return [
+        name
+        for name, shape in variables
+        if len(shape) == 2 and "optimizer" not in name.lower() and "OPTIMIZER_SLOT" not in name
+    ]
+
+
+BUILT_IN = ("--tune", "--max_trials", "3", "--tune_steps", "10", "--epochs", "2")
+
+
+@pytest.fixture(scope="module")
+def built_in(tmp_path_factory):
+    """The page's built-in --tune run, in a sandbox (its ./tfx_output)."""
+    sandbox = pages.Sandbox(tmp_path_factory.mktemp("tune"))
+    command = pages.command(PAGE, TUNE)
+    assert command.words()[2:] == list(BUILT_IN)
+    first = sandbox.run(command)
+    return sandbox, first
+
+
+def test_built_in_search_reaches_the_trainer_summary_and_mlmd(built_in):
+    sandbox, first = built_in
+    out = sandbox.output_root
+    assert first.returncode == 0, pages.explain(first)
+    stdout = first.stdout
+    assert "Tuner: the built-in search over width 16|32|64, depth 1|2|3" in stdout
+    assert re.search(r"\(6/10\) Tuner executed in", stdout)
+    assert "10 component(s) executed, 0 reused from cache" in stdout
+    tuning = mlmd_tuning(out)
+    assert tuning["trials"] == 3 and len(tuning["trial_scores"]) == 3
+    best = min(tuning["trial_scores"], key=lambda t: t["score"])
+    assert tuning["best"] == {k: best[k] for k in ("width", "depth", "learning_rate", "dropout")}
+    assert tuning["best_score"] == pytest.approx(best["score"], rel=1e-5)
+    width, depth = tuning["best"]["width"], tuning["best"]["depth"]
+    units = [max(1, width >> i) for i in range(depth)]
+    assert tuning["trainer_settings"]["hidden_units"] == units
+    assert tuning["trainer_settings"]["learning_rate"] == pytest.approx(
+        tuning["best"]["learning_rate"]
+    )
+    # The Trainer's run_fn built the model of the best point: depth hidden layers + the output.
+    assert f"training with the Tuner's best point: hidden units {units}" in stdout
+    assert len(dense_kernels(out, "penguins-pipeline")) == depth + 1
+    line = re.search(r"tuning:\s+(.*)", stdout).group(1)
+    assert line.startswith("3 trial(s), 10 step(s) each; best val_loss "), line
+    assert f"depth {depth}" in line and f"width {width}" in line
+
+
+def test_unchanged_rerun_is_fully_cached_and_a_new_space_reruns_the_tuner(built_in):
+    sandbox, first = built_in
+    out = sandbox.output_root
+    assert first.returncode == 0
+    second = sandbox.run(pages.command(PAGE, TUNE))
+    assert second.returncode == 0, second.stderr
+    assert "0 component(s) executed, 10 reused from cache" in second.stdout, second.stdout
+    assert "tuning:        3 trial(s)" in second.stdout
+    space = json.dumps({"tune_space": {"width": [8], "depth": [1], "dropout": []}})
+    # The same command in the same sandbox (the same data path), the space changed.
+    third = sandbox.run(
+        pages.command(PAGE, TUNE), replace={"--epochs 2": f"--epochs 2 --custom_config '{space}'"}
+    )
+    assert third.returncode in (0, 3), third.stdout + third.stderr
+    assert re.search(r"\) Tuner executed in", third.stdout)
+    assert re.search(r"\) Transform (?:reused|cached)", third.stdout), third.stdout
+    assert "search over width 8, depth 1, learning_rate 0.001..0.03 (log)\n" in third.stdout
+    tuning = mlmd_tuning(out)
+    assert tuning["best"]["width"] == 8 and tuning["best"]["depth"] == 1
+    assert "dropout" not in tuning["best"]
+    assert tuning["trainer_settings"]["hidden_units"] == [8]
+
+
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ({"width": [0, 32]}, "--custom_config tune_space width: choices must be integers >= 1"),
+        ({"widht": [8]}, "'widht' is not a setting of the built-in tabular model; tunable:"),
+        ({"learning_rate": {"min": 0.1, "max": 0.01}}, "with min < max, got 0.1, 0.01"),
+    ],
+)
+def test_bad_search_space_fails_in_one_line(tmp_path, space, message):
+    result = run_local(
+        "--tune", "--custom_config", json.dumps({"tune_space": space}), output_root=tmp_path,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert not os.path.exists(tmp_path / "penguins-pipeline" / "pipeline_root")
+
+
+def test_tuning_flags_need_tune(tmp_path):
+    result = run_local("--max_trials", "3", output_root=tmp_path, timeout=300)
+    assert result.returncode == 2
+    assert "--max_trials: for --tune" in result.stderr
+
+
+def test_tfx_penguin_tuner_fn_unchanged_feeds_its_run_fn(tmp_path):
+    """TFX's penguin_utils_keras.py from the wheel, unchanged: its tuner_fn searches (2 trials
+    of its 6 with --max_trials) and its run_fn builds the best point's model from
+    fn_args.hyperparameters."""
+    from tests.test_e2e_tfx_examples import EVAL_CONFIG, write_penguins_processed
+
+    sandbox = pages.Sandbox(tmp_path)
+    write_penguins_processed(sandbox.tmp / "penguin")
+    (sandbox.tmp / "penguin_eval.pbtxt").write_text(
+        EVAL_CONFIG % {"label": "species_xf", "metric": "SparseCategoricalAccuracy"}
+    )
+    block = pages.block(PAGE, PENGUIN_TUNE)
+    [tfx_line] = [c for c in block if c.text.startswith("TFX=")]
+    [run] = [c for c in block if PENGUIN_TUNE in c.text]
+    assert "--module_file $TFX/penguin/penguin_utils_keras.py" in run.text
+    result = sandbox.run([tfx_line, run], {"DIR": str(sandbox.tmp / "penguin")})
+    out = sandbox.output_root
+    assert result.returncode == 0, pages.explain(result)
+    assert "Tuner: your tuner_fn penguin_utils_keras.tuner_fn" in result.stdout
+    assert re.search(r"\) Tuner executed in", result.stdout)
+    tuning = mlmd_tuning(out)
+    assert tuning["trials"] == 2 and len(tuning["trial_scores"]) == 2
+    assert tuning["objective"] == "val_sparse_categorical_accuracy"
+    best = max(tuning["trial_scores"], key=lambda t: t["score"])
+    assert tuning["best"] == {k: best[k] for k in ("learning_rate", "num_layers")}
+    # The run_fn's model has the best point's num_layers Dense(8) layers and its Dense(3).
+    assert len(dense_kernels(out, "penguin-pipeline")) == tuning["best"]["num_layers"] + 1
+    assert "tuning:        2 trial(s), 20 step(s) each; best val_sparse_categorical_accuracy" in (
+        result.stdout
+    )
+
+
+def _find(root, name: str) -> list[str]:
+    """Files called `name` under root, hidden directories included (the Tuner's search runs
+    under its execution's .system/.../.temp/, which glob's ** skips)."""
+    return sorted(os.path.join(folder, name) for folder, _, files in os.walk(root) if name in files)
+
+
+def _trial_states(root) -> list[str]:
+    states = []
+    for path in _find(root, "trial.json"):
+        try:
+            with open(path) as handle:
+                states.append(json.load(handle)["status"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return states
+
+
+def test_two_tuner_workers_survive_a_killed_worker(tmp_path):
+    """--tune_workers 2: an oracle chief and two worker processes; tuner1 is killed (SIGKILL)
+    after the first trial finished; it is restarted with its tuner id, and the search ends
+    with every trial, the finished ones kept. (The search directory is the Tuner execution's
+    temporary one, which TFX removes when the execution succeeds: its trials are read while it
+    runs, the result from the store.)"""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    words = pages.command(PAGE, TUNE_WORKERS).words()
+    process = subprocess.Popen(
+        [sys.executable, *words[1:], "--output_root", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    killed = None
+    deadline = time.monotonic() + 900
+    try:
+        while killed is None and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            pids = _find(out, "tuner_processes.json")
+            if not pids or "COMPLETED" not in _trial_states(out):
+                continue
+            with open(pids[0]) as handle:
+                worker = json.load(handle)["tuner1"]
+            os.kill(worker, signal.SIGKILL)
+            killed = worker
+        stdout, stderr = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert killed is not None, "the search ended before a worker could be killed"
+    assert process.returncode == 0, stdout + stderr
+    assert f"tuner worker tuner1 (pid {killed}) ended with signal SIGKILL: restarted" in stdout
+    assert "oracle chief on 127.0.0.1:" in stdout
+    tuning = mlmd_tuning(out)
+    assert tuning["trials"] == 6 and len(tuning["trial_scores"]) == 6
+    assert len({t["trial_id"] for t in tuning["trial_scores"]}) == 6
+    assert tuning["workers"] == 2 and tuning["restarts"] == 1
+    assert re.search(
+        r"tuning:\s+6 trial\(s\), 300 step\(s\) each, 2 workers \(1 restarted\)", stdout
+    )
