@@ -268,6 +268,7 @@ def build_configs(
         accuracy_threshold=args.accuracy_threshold,
         min_classification_skill=args.min_classification_skill,
         min_regression_skill=args.min_regression_skill,
+        transform_materialize=not args.no_transform_materialize,
     ).validate()
     if args.infer_data is not None:
         from pipeline import inference
@@ -292,6 +293,8 @@ def build_configs(
             cache_dir=None,
             schema_path=compiler.local_path(dataset.schema_path) if dataset.schema_path else None,
         )
+    else:
+        flags.check_materialize(config.transform_materialize, None)
     return config, kubeflow
 
 

@@ -119,6 +119,13 @@ def add_pipeline_flags(
         "at most (1 - this) x that of predicting the training mean",
     )
     parser.add_argument(
+        "--no_transform_materialize",
+        action="store_true",
+        help="Transform writes the transform graph only (TFX's materialize=False) and the "
+        "Trainer gets ExampleGen's raw examples: for a run_fn of yours that applies the "
+        "transform graph itself (tft.TFTransformOutput.transform_features_layer)",
+    )
+    parser.add_argument(
         "--infer_data",
         default=None,
         metavar="DIR",
@@ -329,6 +336,16 @@ def add_common_flags(
     beam_runners.add_flags(parser, local=local)
 
 
+def check_materialize(transform_materialize: bool, run_fn) -> None:
+    """--no_transform_materialize only with a user's run_fn (local runs and the compile)."""
+    if not transform_materialize and not run_fn:
+        raise ConfigError(
+            "--no_transform_materialize gives the Trainer ExampleGen's raw examples: it is for a "
+            "run_fn of yours (--module_file or --run_fn) that applies the transform graph itself; "
+            "the project's Trainer reads Transform's examples"
+        )
+
+
 def with_user_code(
     config: config_lib.PipelineConfig,
     args: argparse.Namespace,
@@ -351,12 +368,7 @@ def with_user_code(
         image_size=dataset.image_size,
         cache_dir=cache_dir,
     )
-    if not config.transform_materialize and not user.run_fn:
-        raise ConfigError(
-            "--no_transform_materialize gives the Trainer ExampleGen's raw examples: it is for a "
-            "run_fn of yours (--module_file or --run_fn) that applies the transform graph itself; "
-            "the project's Trainer reads Transform's examples"
-        )
+    check_materialize(config.transform_materialize, user.run_fn)
     if user.preprocessing_fn and dataset.timestamp_columns:
         # The user's preprocessing_fn gets the raw columns; only the project's parses timestamps.
         config = dataclasses.replace(

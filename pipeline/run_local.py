@@ -89,13 +89,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(SparseTensors in preprocessing_fn) instead of TFX's default: a fixed shape for "
         "features present once in every row of every split (dense tensors)",
     )
-    parser.add_argument(
-        "--no_transform_materialize",
-        action="store_true",
-        help="Transform writes the transform graph only (TFX's materialize=False) and the "
-        "Trainer gets ExampleGen's raw examples: for a run_fn of yours that applies the "
-        "transform graph itself (tft.TFTransformOutput.transform_features_layer)",
-    )
     parser.add_argument("--no_cache", action="store_true", help="re-run every component")
     parser.add_argument(
         "--mysql_host",

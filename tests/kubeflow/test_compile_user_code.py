@@ -70,6 +70,16 @@ def _no_staging(monkeypatch) -> None:
             "error: invalid --user_code_root /no/such/mount/code: --pvc_name data is not mounted "
             "on this machine at --mount_path /no/such/mount",
         ),
+        (
+            [f"--module_file={HOOK}", "--no_transform_materialize"],
+            "error: --no_transform_materialize gives the Trainer ExampleGen's raw examples: it is "
+            "for a run_fn of yours",
+        ),
+        (
+            ["--no_transform_materialize"],
+            "error: --no_transform_materialize gives the Trainer ExampleGen's raw examples: it is "
+            "for a run_fn of yours",
+        ),
     ],
 )
 def test_bad_user_code_flags(tmp_path, capsys, monkeypatch, flags, message):
@@ -117,3 +127,35 @@ def test_user_code_root_on_the_volume_mounted_here(tmp_path, capsys):
     assert module["uri"] == f"{mount}/code/{module['digest']}"
     assert f"staged {HOOK} for the pods (Trainer): {module['uri']}" in out
     assert sorted(os.listdir(module["uri"])) == [user_code_lib.MANIFEST_FILE, "penguin_hook.py"]
+
+
+def test_no_transform_materialize_gives_the_trainer_task_examplegen_s_examples(tmp_path, capsys):
+    """As a local run (tests/pipeline/test_transform_materialize.py): Transform writes the graph
+    only, and the Trainer task's examples come from the ExampleGen task."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    flags = [
+        f"--module_file={TFX_STYLE}",
+        "--pvc_name=data",
+        f"--mount_path={mount}",
+        f"--user_code_root={mount}/code",
+    ]
+
+    def tasks(*more: str) -> dict:
+        assert run_kubeflow.main(compile_argv(tmp_path, *flags, *more)) == 0, capsys.readouterr()
+        with open(tmp_path / "p.yaml") as handle:
+            spec = next(yaml.safe_load_all(handle))
+        return spec["root"]["dag"]["tasks"], spec["components"]
+
+    def examples_producer(dag: dict) -> str:
+        artifacts = dag["Trainer"]["inputs"]["artifacts"]
+        return artifacts["examples"]["taskOutputArtifact"]["producerTask"]
+
+    dag, components = tasks("--no_transform_materialize")
+    assert examples_producer(dag) == "CsvExampleGen"
+    transform_outputs = components[dag["Transform"]["componentRef"]["name"]]["outputDefinitions"]
+    assert "transformed_examples" not in transform_outputs["artifacts"]
+    dag, components = tasks()
+    assert examples_producer(dag) == "Transform"
+    transform_outputs = components[dag["Transform"]["componentRef"]["name"]]["outputDefinitions"]
+    assert "transformed_examples" in transform_outputs["artifacts"]

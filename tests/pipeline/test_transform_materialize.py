@@ -32,6 +32,10 @@ def _config(tmp_path, module_text: str, materialize: bool):
         model_fn=None,
         custom_config=None,
         eval_config=None,
+        tune=False,
+        max_trials=None,
+        tune_steps=None,
+        tune_workers=1,
     )
     training = dataclasses.replace(config.training, train_steps=10, eval_steps=2)
     config = dataclasses.replace(config, training=training)
