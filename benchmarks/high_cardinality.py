@@ -15,6 +15,11 @@
    table of N rows at cardinality 1.0 and 0.025: seconds per component and in all, the MSE
    skill, and the Evaluator's seconds per eval example against the Trainer's per training
    example and epoch (target: within 1.5x).
+3. `--profile_evaluator RUN_ROOT`: the project's Evaluator executor rerun under cProfile on a
+   finished run's eval split and model (RUN_ROOT: a run_local.py --output_root), its seconds
+   split into the fixed part (building and translating the Beam pipeline, loading the model) and
+   the per-example part (Beam's bundles: the model's signatures, TFMA's unbatching into one
+   extract per example, its per-example metric combiners), beside the metrics it wrote.
 """
 
 from __future__ import annotations
@@ -236,6 +241,124 @@ def run_rows(rows_count: int, work_dir: str) -> list[common.Row]:
     return rows
 
 
+# (file suffix, function) -> part of the Evaluator's time, cumulative seconds (profile_evaluator)
+EVALUATOR_PARTS = {
+    "whole executor": ("components/tfx_components/evaluator/executor.py", "Do"),
+    "Beam pipeline run": ("apache_beam/pipeline.py", "run"),
+    "bundles (data path)": ("apache_beam/runners/worker/bundle_processor.py", "process_encoded"),
+    "model signatures (transform + serving)": (
+        "tensorflow_model_analysis/utils/model_util.py",
+        "_batch_reducible_process",
+    ),
+    "unbatch into per-example extracts": (
+        "tensorflow_model_analysis/extractors/unbatch_extractor.py",
+        "_extract_unbatched_inputs",
+    ),
+    "metric combiners, per example": (
+        "tensorflow_model_analysis/evaluators/metrics_plots_and_validations_evaluator.py",
+        "add_input",
+    ),
+}
+
+
+def evaluator_breakdown(stats) -> dict[str, tuple[float, int]]:
+    """Cumulative seconds and calls of each EVALUATOR_PARTS function in a pstats.Stats."""
+    found = {}
+    for (filename, _, function), (_, calls, _, cumulative, _) in stats.stats.items():
+        for part, (suffix, name) in EVALUATOR_PARTS.items():
+            if function == name and filename.endswith(suffix):
+                seconds, count = found.get(part, (0.0, 0))
+                found[part] = (seconds + cumulative, count + calls)
+    return found
+
+
+def profile_evaluator(run_root: str, split: str = "eval") -> dict:
+    """The project's Evaluator executor on RUN_ROOT's newest examples and model (the eval
+    config its Evaluator wrote), under cProfile, on Beam's in-memory DirectRunner as a local
+    run uses it: seconds per part (EVALUATOR_PARTS), eval examples and the metrics written."""
+    import cProfile
+    import glob
+    import json
+    import pstats
+
+    import tensorflow_model_analysis as tfma
+    from google.protobuf import json_format
+    from tfx.dsl.components.base import base_beam_executor
+    from tfx.types import standard_artifacts
+    from tfx.utils import json_utils
+
+    from components.tfx_components.evaluator import executor
+
+    def newest(pattern: str) -> str:
+        found = [  # artifact directories are numbered (not CsvExampleGen's rejected rows)
+            path
+            for path in glob.glob(os.path.join(run_root, "**", pattern, "*"), recursive=True)
+            if os.path.basename(path).isdigit()
+        ]
+        if not found:
+            raise SystemExit(f"--profile_evaluator {run_root}: no {pattern}; give the "
+                             "--output_root of a finished run_local.py run")  # fmt: skip
+        return max(found, key=lambda path: int(os.path.basename(path)))
+
+    evaluation_dir = newest(os.path.join("Evaluator", "evaluation"))
+    with open(os.path.join(evaluation_dir, "eval_config.json")) as handle:
+        eval_config = json_format.ParseDict(json.load(handle)["evalConfig"], tfma.EvalConfig())
+    examples = standard_artifacts.Examples()
+    examples.uri = newest(os.path.join("CsvExampleGen", "examples"))
+    examples.split_names = json_utils.dumps([split])
+    model = standard_artifacts.Model()
+    model.uri = newest(os.path.join("Trainer", "model"))
+    with tempfile.TemporaryDirectory() as scratch:
+        evaluation = standard_artifacts.ModelEvaluation()
+        evaluation.uri = os.path.join(scratch, "evaluation")
+        blessing = standard_artifacts.ModelBlessing()
+        blessing.uri = os.path.join(scratch, "blessing")
+        context = base_beam_executor.BaseBeamExecutor.Context(
+            beam_pipeline_args=["--runner=DirectRunner", "--direct_running_mode=in_memory",
+                                "--direct_num_workers=1"],
+            tmp_dir=os.path.join(scratch, "tmp"),
+        )  # fmt: skip
+        properties = {
+            "eval_config": json_format.MessageToJson(eval_config),
+            "example_splits": json_utils.dumps([split]),
+        }
+        profile = cProfile.Profile()
+        profile.enable()
+        executor.Executor(context).Do(
+            {"examples": [examples], "model": [model]},
+            {"evaluation": [evaluation], "blessing": [blessing]},
+            properties,
+        )
+        profile.disable()
+        metrics = {}
+        for result in tfma.load_metrics(evaluation.uri):
+            for item in result.metric_keys_and_values:
+                output = f" ({item.key.output_name})" if item.key.output_name else ""
+                metrics[item.key.name + output] = item.value.double_value.value
+    counts = [value for name, value in metrics.items() if name.startswith("example_count")]
+    return {
+        "parts": evaluator_breakdown(pstats.Stats(profile)),
+        "examples": int(max(counts, default=0)),
+        "metrics": metrics,
+    }
+
+
+def format_profile(result: dict) -> str:
+    examples = result["examples"]
+    total = result["parts"].get("whole executor", (0.0, 0))[0]
+    data = result["parts"].get("bundles (data path)", (0.0, 0))[0]
+    per_example = data / max(examples, 1) * 1e6
+    lines = [
+        f"Evaluator profile: {examples} eval examples, {total:.1f} s in all; fixed (outside "
+        f"Beam's bundles) {total - data:.1f} s, per example {per_example:.0f} us"
+    ]
+    for part, (seconds, calls) in result["parts"].items():
+        per = f", {seconds / max(examples, 1) * 1e6:.0f} us/example" if examples else ""
+        lines.append(f"  {part}: {seconds:.2f} s in {calls} call(s){per}")
+    lines += [f"  metric {name}: {value:.6g}" for name, value in sorted(result["metrics"].items())]
+    return "\n".join(lines)
+
+
 def run(quick: bool, work_dir: str | None = None, rows: int | None = None, rounds: int = 3):
     out = []
     for batch in BATCHES[:1] if quick else BATCHES:
@@ -251,8 +374,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=None, help="whole-run rows (300,000)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work_dir", default=None)
+    parser.add_argument(
+        "--profile_evaluator",
+        metavar="RUN_ROOT",
+        default=None,
+        help="only rerun a finished run's Evaluator (its --output_root) under cProfile",
+    )
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()}", flush=True)
+    if args.profile_evaluator:
+        print(format_profile(profile_evaluator(args.profile_evaluator)))
+        print(f"load average {os.getloadavg()}", flush=True)
+        return 0
     rows = run(args.quick, args.work_dir, args.rows, args.rounds)
     print(f"load average {os.getloadavg()}", flush=True)
     print(common.format_table(rows))

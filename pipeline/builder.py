@@ -100,7 +100,7 @@ def regression_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                 model_type=GENERIC_SAVED_MODEL,
                 label_keys={units: label, normalized: features.transformed_name(label)},
                 prediction_keys={units: units, normalized: normalized},
-                preprocessing_function_names=[features.TRANSFORM_SIGNATURE],
+                preprocessing_function_names=[features.TRANSFORM_LABEL_SIGNATURE],
             )
         ],
         slicing_specs=[tfma.SlicingSpec()],
@@ -254,9 +254,9 @@ def classification_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
             tfma.ModelSpec(
                 signature_name=features.SERVING_SIGNATURE,
                 model_type=GENERIC_SAVED_MODEL,
-                # The label as Transform encodes it, from the model's transform signature.
+                # The label as Transform encodes it, from the model's transform_label signature.
                 label_key=features.transformed_name(config.dataset.label_key),
-                preprocessing_function_names=[features.TRANSFORM_SIGNATURE],
+                preprocessing_function_names=[features.TRANSFORM_LABEL_SIGNATURE],
                 prediction_key=features.PROBABILITIES,
             )
         ],

@@ -23,7 +23,8 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
     """SavedModel with two signatures over raw serialized tf.Examples:
     serving_default -> probabilities, class_ids, classes (names), or for regression prediction
     (in the label's units) and prediction_xf (z-scored as the training label was);
-    transform_features -> the transformed features, label included (TFMA reads it from there).
+    transform_features -> the transformed features, label included;
+    transform_label -> the transformed label alone (the Evaluator's TFMA reads it from there).
 
     Neither the Keras model nor tft's TransformFeaturesLayer (a Keras model too) is attached to
     the saved object: attached, tf.saved_model.save also serializes each as a Keras object by
@@ -95,10 +96,20 @@ def export_serving_model(model, tf_transform_output, label_key: str, export_dir:
         outputs = predict(tf.io.parse_example(serialized, serving_feature_spec))
         return {name: value for name, value in outputs.items() if name != features.CLASSES}
 
+    transformed_label = features.transformed_name(label_key)
+
+    @tf.function(input_signature=signature, autograph=False)
+    def transform_label(serialized):
+        """The transformed label alone (TFMA's preprocessing function in the Evaluator): the
+        same transform graph, its other outputs pruned from the function's graph."""
+        raw = tf.io.parse_example(serialized, raw_feature_spec)
+        return {transformed_label: transform_graph(raw)[transformed_label]}
+
     signatures = {
         features.SERVING_SIGNATURE: serve,
         features.TRANSFORM_SIGNATURE: transform,
         features.BULK_INFERENCE_SIGNATURE: serve_numeric,
+        features.TRANSFORM_LABEL_SIGNATURE: transform_label,
     }
     if images:
         image_spec = raw_feature_spec[features.IMAGE_KEY]

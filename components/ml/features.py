@@ -43,6 +43,9 @@ MISSING_TOKEN = "__missing__"
 # Signature names of the exported model.
 SERVING_SIGNATURE = "serving_default"
 TRANSFORM_SIGNATURE = "transform_features"
+# The transformed label only: the Evaluator's preprocessing function (pipeline.builder), so that
+# TFMA keeps and unbatches one transformed column per example, not every one.
+TRANSFORM_LABEL_SIGNATURE = "transform_label"
 # Outputs of the serving signature.
 PROBABILITIES = "probabilities"
 CLASS_IDS = "class_ids"

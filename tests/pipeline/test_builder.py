@@ -59,6 +59,9 @@ def test_regression_eval_config_thresholds_skill_over_the_training_mean(tmp_path
     eval_config = builder.eval_config(config)
     [spec] = eval_config.model_specs
     assert dict(spec.label_keys) == {"prediction": "mpg", "prediction_xf": "mpg_xf"}
+    # The label from the export's transform_label signature: TFMA keeps (and unbatches) the
+    # transformed label alone, not every transformed column.
+    assert list(spec.preprocessing_function_names) == ["transform_label"]
     units, normalized = eval_config.metrics_specs
     assert [m.class_name for m in units.metrics] == [
         "ExampleCount",
@@ -87,6 +90,9 @@ def test_classification_eval_config_blesses_on_skill_over_the_majority_guess(tmp
 
     config = config_lib.local_config(dataset=datasets.penguins(), output_root=str(tmp_path))
     eval_config = builder.eval_config(config)
+    [spec] = eval_config.model_specs
+    assert list(spec.preprocessing_function_names) == ["transform_label"]
+    assert spec.label_key == "species_xf"
     plain, aggregated = eval_config.metrics_specs
     by_name = {m.class_name: m for m in plain.metrics}
     assert list(by_name) == [

@@ -1,6 +1,7 @@
 """No training/serving skew for images: the pixels and predictions the trainer's input pipeline
-gives equal those of the exported signatures TFMA calls (transform_features for the label and
-features, serving_default on tf.Examples) and of serving_images on raw bytes, on the same images.
+gives equal those of the exported signatures (transform_features: labels and features;
+transform_label, which TFMA calls for the label; serving_default on tf.Examples) and of
+serving_images on raw bytes, on the same images.
 
 Transform materializes nothing for images: the trainer reads the raw examples (encoded bytes)
 and applies the transform graph, as TFMA and serving do; decode -> resize -> normalize runs in
@@ -89,6 +90,10 @@ def test_trainer_tfma_and_serving_see_the_same_pixels_and_predictions(
         tfma_features[image_preprocessing.ENCODED_IMAGE].numpy(), pixels, atol=1e-6
     )
     np.testing.assert_array_equal(tfma_features[LABEL_XF].numpy().reshape(-1), labels)
+    # The Evaluator's preprocessing function: the label alone, the same values.
+    label_only = loaded.signatures[features.TRANSFORM_LABEL_SIGNATURE](examples=examples)
+    assert set(label_only) == {LABEL_XF}
+    np.testing.assert_array_equal(label_only[LABEL_XF].numpy().reshape(-1), labels)
     tfma_probabilities = loaded.signatures[features.SERVING_SIGNATURE](examples=examples)
     np.testing.assert_allclose(
         tfma_probabilities[features.PROBABILITIES].numpy(), trainer_probabilities, atol=1e-5

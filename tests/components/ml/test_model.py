@@ -75,6 +75,12 @@ def test_model_trains_under_a_strategy_and_serves_raw_examples(transform_run, tm
     )
     labels = transformed[features.transformed_name("species")].numpy()
     assert [vocabulary[i] for i in labels] == [row["species"][0].decode() for row in raw]
+    # The Evaluator's preprocessing function: the same transformed label, and nothing else.
+    label_only = loaded.signatures[features.TRANSFORM_LABEL_SIGNATURE](
+        examples=tf.constant([serialize(row) for row in raw])
+    )
+    assert set(label_only) == {features.transformed_name("species")}
+    np.testing.assert_array_equal(label_only[features.transformed_name("species")].numpy(), labels)
 
     # The export applies the transform graph without tft's Keras layer (which would be saved as
     # a Keras object); it computes what the layer computes, and the model's own outputs.

@@ -148,3 +148,53 @@ def test_the_executor_checks_the_candidate_saved_model_and_the_eval_examples(tmp
     _save_model(str(tmp_path / "good" / "Format-Serving"), with_transform=True)
     model.uri = str(tmp_path / "good")
     executor.check_candidate(inputs, properties)
+
+
+def test_a_model_without_transform_label_has_the_config_read_the_label_from_transform_features(
+    tmp_path,
+):
+    """The project's EvalConfig reads the label from transform_label; a baseline (or cached
+    candidate) exported before that signature existed turns it into transform_features for
+    the run, every other field as it was; with every model having it, nothing changes."""
+    from tfx.types import standard_artifacts
+
+    label_only = config(TFX_STYLE.replace('"transform_features"', '"transform_label"'))
+    properties = {"eval_config": json_format.MessageToJson(label_only), "other": "kept"}
+
+    def model(name: str, signatures: dict):
+        module = tf.Module()
+        for key, function in signatures.items():
+            setattr(module, key, function)
+        tf.saved_model.save(module, str(tmp_path / name / "Format-Serving"), signatures=signatures)
+        artifact = standard_artifacts.Model()
+        artifact.uri = str(tmp_path / name)
+        return artifact
+
+    examples = tf.TensorSpec([None], tf.string, name="examples")
+    serve = tf.function(lambda examples: {"outputs": tf.zeros([tf.size(examples), 3])})
+    label = tf.function(lambda examples: {"species_xf": tf.zeros([tf.size(examples)], tf.int64)})
+    new = model(
+        "new",
+        {
+            "serving_default": serve.get_concrete_function(examples),
+            "transform_label": label.get_concrete_function(examples),
+        },
+    )
+    old = model(
+        "old",
+        {
+            "serving_default": serve.get_concrete_function(examples),
+            "transform_features": label.get_concrete_function(examples),
+        },
+    )
+
+    assert executor.label_signature_for([new], properties) is properties
+    changed = executor.label_signature_for([new, old], properties)
+    assert changed["other"] == "kept"
+    read = json_format.Parse(changed["eval_config"], tfma.EvalConfig())
+    assert list(read.model_specs[0].preprocessing_function_names) == ["transform_features"]
+    expected = config()
+    assert read == expected
+    # A config that does not name transform_label (a user's --eval_config) is left alone.
+    tfx_style = {"eval_config": json_format.MessageToJson(config())}
+    assert executor.label_signature_for([old], tfx_style) is tfx_style
