@@ -68,6 +68,9 @@ DRIVER_OUTPUTS = {"span": "NUMBER_INTEGER", "input_fingerprint": "STRING", INPUT
 # What TFX's executors can write artifacts to: TensorFlow 2.16's own file systems.
 OBJECT_STORE_ROOT = re.compile(r"^gs://[^/?]+(/[^?]*)?$")
 S3_SCHEMES = ("s3://", "minio://")
+# Pipeline roots KFP's launcher moves artifacts for: TFX's executors work on the launcher's local
+# copies (/minio/BUCKET/..., /s3/BUCKET/...; kubeflow/run_executor.py), never on the store.
+LAUNCHER_ROOT = re.compile(r"^(s3|minio)://[^/?]+(/[^?]*)?$")
 
 
 def image_path(local_path: str) -> str:
@@ -318,38 +321,43 @@ def _on_volume(path: str, kubeflow: KubeflowConfig) -> bool:
 
 
 def check_pipeline_root(root: str, flag: str = "--pipeline_root") -> None:
-    """A pipeline root both KFP's launcher and TFX's executors (TensorFlow 2.16) can use: gs://."""
-    if root.startswith(S3_SCHEMES):
-        raise ConfigError(
-            f"invalid {flag} {root}: TFX's executors write artifacts through "
-            "TensorFlow's file systems, and TensorFlow 2.16 has no s3:// or minio:// file "
-            "system in this image (S3 support lives in tensorflow-io, which requirements.lock "
-            "does not pin); use a gs:// pipeline root"
-        )
-    if not OBJECT_STORE_ROOT.match(root):
-        raise ConfigError(
-            f"invalid {flag} {root}: Kubeflow Pipelines' launcher accepts only object-"
-            "store pipeline roots, and this image writes gs://BUCKET[/PATH]; a volume "
-            "(--pvc_name, --mount_path) can hold --data_root and --serving_model_dir, not the "
-            "pipeline root"
-        )
+    """A pipeline root both KFP's launcher and TFX's executors (TensorFlow 2.16) can use: gs://
+    (TensorFlow writes it), or minio:// / s3:// (the launcher downloads inputs to and uploads
+    outputs from local paths in the pod, where kubeflow/run_executor.py runs TFX's executor)."""
+    if LAUNCHER_ROOT.match(root) or OBJECT_STORE_ROOT.match(root):
+        return
+    raise ConfigError(
+        f"invalid {flag} {root}: Kubeflow Pipelines' launcher accepts only object-"
+        "store pipeline roots: gs://BUCKET[/PATH], or minio://BUCKET[/PATH] / s3://BUCKET[/PATH]"
+        " (the KFP installation's object store, e.g. minio://mlpipeline/v2/artifacts); a volume "
+        "(--pvc_name, --mount_path) can hold --data_root and --serving_model_dir, not the "
+        "pipeline root"
+    )
 
 
 def check_storage(config: PipelineConfig, kubeflow: KubeflowConfig) -> None:
     """Refuses, naming the flag, any location the pods could not read or write.
 
     KFP's launcher accepts only object-store pipeline roots (gs://, s3://, minio://: it fails
-    the task otherwise), and TFX's executors write artifacts through TensorFlow's file systems,
+    the task otherwise). TFX's executors write artifacts through TensorFlow's file systems,
     which have gs:// and local paths but no s3:// in this stack (TensorFlow 2.16 moved S3 to
-    tensorflow-io, which the lock does not pin) and no minio:// at all. So the pipeline root is
-    gs://; data and the serving directory may also be paths on the mounted volume."""
+    tensorflow-io, which the lock does not pin) and no minio:// at all; under an s3:// or
+    minio:// root the launcher moves the artifacts and the executors use its local copies. What
+    no launcher moves (the serving directory, which the Pusher writes and BaselineModel reads;
+    data; the user's module) is gs:// or a path on the mounted volume."""
     check_pipeline_root(config.pipeline_root)
     serving = config.serving_model_dir
     if not (OBJECT_STORE_ROOT.match(serving) or _on_volume(serving, kubeflow)):
         where = f" or a path under --mount_path {kubeflow.mount_path}" if kubeflow.pvc_name else ""
+        why = (
+            " (TensorFlow has no s3:// or minio:// file system here, and KFP's launcher moves"
+            " only artifacts; the default is <pipeline_root>/serving_model)"
+            if serving.startswith(S3_SCHEMES)
+            else ""
+        )
         raise ConfigError(
-            f"invalid --serving_model_dir {serving}: the Pusher and BaselineModel pods share it; "
-            f"use gs://BUCKET/PATH{where}"
+            f"invalid --serving_model_dir {serving}: the Pusher and BaselineModel pods share it"
+            f"{why}; use gs://BUCKET/PATH{where}"
         )
     data_root = config.dataset.data_root
     flag = "--images" if config.dataset.is_images else "--data_root"

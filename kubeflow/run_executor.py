@@ -20,6 +20,16 @@ component's inputDefinitions that TFX's compiler puts in every container's args 
 carry `instanceSchema: "title: tfx.Examples ..."`). A sent type that already names the declared
 TFX type is kept (TFX's own shape); an empty or `system.*` one is replaced by the declaration; a
 different TFX type, or a generic one with no declaration, is an error naming the input.
+
+Object-store roots TensorFlow cannot open (minio://, s3://: TensorFlow 2.16 has no such file
+system here): KFP's launcher downloads every input artifact to, and uploads every output artifact
+from, a local path in the pod (kubeflow/pipelines fc3214d4 backend/src/v2/component/
+launcher_v2.go:886 LocalPathForURI: `minio://B/K` -> `/minio/B/K`, `s3://B/K` -> `/s3/B/K`;
+downloads :621, uploads :536). So each such artifact URI is handed to TFX as that local path,
+and the executor output TFX writes gets the original URIs back: the launcher takes an output's
+URI from it (:532 mergeRuntimeArtifacts) and uploads from LocalPathForURI(URI), so a local path
+there would skip the upload. String metadata naming a mapped path (an artifact recording
+another's URI) is mapped back too. gs:// is left as it is (TensorFlow reads it).
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ import yaml
 EXECUTOR_LOGS = "executor-logs"
 # Generic types KFP puts in place of the compiled one (kfp.local; the backend's logs output).
 GENERIC_PREFIX = "system."
+# The launcher's local copies of object-store URIs TensorFlow cannot open (launcher_v2.go:886).
+LAUNCHER_PATHS = {"minio://": "/minio/", "s3://": "/s3/"}
 
 
 class TypeRestoreError(ValueError):
@@ -86,6 +98,73 @@ def restore_types(
     return restored
 
 
+def local_path(uri: str) -> str:
+    """Where KFP's launcher keeps the artifact at `uri` in the pod (the URI itself when
+    TensorFlow opens it directly)."""
+    for scheme, prefix in LAUNCHER_PATHS.items():
+        if uri.startswith(scheme):
+            return prefix + uri[len(scheme) :]
+    return uri
+
+
+def store_uri(path: str, schemes: set[str]) -> str:
+    """The object-store URI of a launcher's local path (of one of `schemes`), else `path`."""
+    for scheme in schemes:
+        prefix = LAUNCHER_PATHS[scheme]
+        if path.startswith(prefix):
+            return scheme + path[len(prefix) :]
+    return path
+
+
+def to_local_paths(executor_input: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """A copy of the ExecutorInput (JSON form) with every input and output artifact's
+    minio:// or s3:// URI replaced by the launcher's local path; and the schemes replaced."""
+    mapped = json.loads(json.dumps(executor_input))
+    schemes: set[str] = set()
+    for side in ("inputs", "outputs"):
+        for listed in mapped.get(side, {}).get("artifacts", {}).values():
+            for artifact in listed.get("artifacts", []):
+                uri = artifact.get("uri", "")
+                local = local_path(uri)
+                if local != uri:
+                    schemes.add(uri[: uri.index("://") + 3])
+                    artifact["uri"] = local
+    return mapped, schemes
+
+
+def _map_back(value: Any, schemes: set[str]) -> Any:
+    if isinstance(value, str):
+        return store_uri(value, schemes)
+    if isinstance(value, list):
+        return [_map_back(item, schemes) for item in value]
+    if isinstance(value, dict):
+        return {key: _map_back(item, schemes) for key, item in value.items()}
+    return value
+
+
+def to_store_uris(executor_output: dict[str, Any], schemes: set[str]) -> dict[str, Any]:
+    """A copy of the ExecutorOutput (JSON form) with the launcher's local paths of `schemes` in
+    artifact URIs and artifact metadata back as the object-store URIs KFP expects."""
+    restored = json.loads(json.dumps(executor_output))
+    for listed in restored.get("artifacts", {}).values():
+        for artifact in listed.get("artifacts", []):
+            if "uri" in artifact:
+                artifact["uri"] = store_uri(artifact["uri"], schemes)
+            if "metadata" in artifact:
+                artifact["metadata"] = _map_back(artifact["metadata"], schemes)
+    return restored
+
+
+def restore_output_file(path: str, schemes: set[str]) -> None:
+    """Rewrites the executor output TFX wrote at `path` with object-store URIs."""
+    if not schemes:
+        return
+    with open(path) as handle:
+        written = json.load(handle)
+    with open(path, "w") as handle:
+        json.dump(to_store_uris(written, schemes), handle)
+
+
 def parse_flags(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """TFX's own parser: the same flags, the rest are Beam's."""
     from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
@@ -102,8 +181,11 @@ def main(parsed: tuple[argparse.Namespace, list[str]]) -> None:
         inputs_spec = json.loads(args.json_serialized_inputs_spec_args)
     executor_input = json.loads(args.json_serialized_invocation_args)
     restored = restore_types(executor_input, inputs_spec, args.executor_class_path)
-    args.json_serialized_invocation_args = json.dumps(restored)
+    local, schemes = to_local_paths(restored)
+    args.json_serialized_invocation_args = json.dumps(local)
     kubeflow_v2_run_executor.main((args, beam_args))
+    # TFX wrote it where the launcher reads it: a local file (/tmp/kfp_outputs/...).
+    restore_output_file(executor_input["outputs"]["outputFile"], schemes)
 
 
 def run(argv: list[str] | None = None) -> None:

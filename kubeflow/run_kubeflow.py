@@ -64,7 +64,9 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pipeline_root",
         required=True,
-        help="artifacts: gs://BUCKET[/PATH] (what KFP's launcher and TensorFlow both accept)",
+        help="artifacts: gs://BUCKET[/PATH] (TensorFlow writes it), or minio://BUCKET[/PATH] / "
+        "s3://BUCKET[/PATH], the KFP installation's object store (KFP's launcher downloads "
+        "inputs and uploads outputs; the executors work on its local copies in the pod)",
     )
     parser.add_argument(
         "--serving_model_dir", default=None, help="default: <pipeline_root>/serving_model"
@@ -105,6 +107,17 @@ def _add_compile_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--beam_cpu", type=float, default=kubeflow.beam_resources.cpu)
     parser.add_argument("--beam_memory_gb", type=float, default=kubeflow.beam_resources.memory_gb)
+    parser.add_argument(
+        "--default_cpu",
+        type=float,
+        default=kubeflow.default_resources.cpu,
+        help="CPU of the other components' pods (schema import, validator, baseline, pusher, "
+        "ExampleGen driver); 0 for this and every --*_cpu / --*_memory_gb requests nothing "
+        "(a small cluster, e.g. the local cluster's 2-CPU node: docs/kubeflow.md)",
+    )
+    parser.add_argument(
+        "--default_memory_gb", type=float, default=kubeflow.default_resources.memory_gb
+    )
     parser.add_argument(
         "--node_selector",
         action="append",
@@ -198,6 +211,8 @@ def _check_counts(args: argparse.Namespace) -> None:
         "trainer_memory_gb",
         "beam_cpu",
         "beam_memory_gb",
+        "default_cpu",
+        "default_memory_gb",
         "worker_cpu",
         "worker_memory_gb",
         "gang_schedule_timeout_seconds",
@@ -229,6 +244,7 @@ def build_configs(
         image=args.image,
         gpu_image=args.gpu_image,
         beam_resources=Resources(cpu=args.beam_cpu, memory_gb=args.beam_memory_gb),
+        default_resources=Resources(cpu=args.default_cpu, memory_gb=args.default_memory_gb),
         trainer_resources=Resources(
             cpu=args.trainer_cpu, memory_gb=args.trainer_memory_gb, gpus=args.gpus
         ),

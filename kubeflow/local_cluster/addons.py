@@ -171,14 +171,16 @@ def coredns_manifest(reference: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def shared_volume_manifests(shared: str, image: str) -> str:
-    documents = [
+def shared_volume(shared: str, namespace: str, volume: str = SHARED_PVC, labels=None) -> list[dict]:
+    """A hostPath PersistentVolume `volume` on the shared folder and the claim SHARED_PVC bound to
+    it in `namespace` (a claim is namespaced, and a volume binds one claim)."""
+    return [
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
             "metadata": {
-                "name": SHARED_PVC,
-                "labels": {"app.kubernetes.io/part-of": "tfx-scaleout"},
+                "name": volume,
+                "labels": {"app.kubernetes.io/part-of": "tfx-scaleout", **(labels or {})},
             },
             "spec": {
                 "capacity": {"storage": "100Gi"},
@@ -186,20 +188,26 @@ def shared_volume_manifests(shared: str, image: str) -> str:
                 "persistentVolumeReclaimPolicy": "Retain",
                 "storageClassName": "",
                 "hostPath": {"path": shared, "type": "Directory"},
-                "claimRef": {"namespace": "default", "name": SHARED_PVC},
+                "claimRef": {"namespace": namespace, "name": SHARED_PVC},
             },
         },
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": SHARED_PVC, "namespace": "default"},
+            "metadata": {"name": SHARED_PVC, "namespace": namespace, "labels": labels or {}},
             "spec": {
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
-                "volumeName": SHARED_PVC,
+                "volumeName": volume,
                 "resources": {"requests": {"storage": "100Gi"}},
             },
         },
+    ]
+
+
+def shared_volume_manifests(shared: str, image: str) -> str:
+    documents = [
+        *shared_volume(shared, "default"),
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",

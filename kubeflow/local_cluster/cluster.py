@@ -384,7 +384,7 @@ def _kfp_up(
         "RBAC, the Services of the host processes, the workflow controller, the API server, the "
         "persistence agent"
     ):
-        kube.apply(kfp.manifests(references, kfp.credentials(kfp_layout)))
+        kube.apply(kfp.manifests(references, kfp.credentials(kfp_layout), layout.shared))
     with step(f"waiting for {', '.join(kfp.DEPLOYMENTS)} to be ready"):
         for name in kfp.DEPLOYMENTS:
             try:
@@ -450,12 +450,13 @@ def remove_kfp(root: str, say: Say = print) -> list[str]:
             "delete",
             "-n",
             kfp.NAMESPACE,
-            "deployment,service,endpointslice,configmap,secret",
+            "deployment,service,endpointslice,configmap,secret,persistentvolumeclaim",
             "-l",
             ",".join(f"{k}={v}" for k, v in kfp.LABELS.items()),
             "--wait=false",
             check=False,
         )
+        kube.kubectl("delete", "persistentvolume", kfp.SHARED_VOLUME, "--wait=false", check=False)
         removed.append("Kubeflow Pipelines' objects")
     shutil.rmtree(kfp_layout.folder, ignore_errors=True)
     for line in removed:

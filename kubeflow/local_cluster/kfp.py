@@ -47,9 +47,11 @@ from collections.abc import Callable
 
 import yaml
 
-from kubeflow.local_cluster import builds, host, images, node
+from kubeflow.local_cluster import addons, builds, host, images, node
 
 NAMESPACE = "kubeflow"
+# The shared folder's second PersistentVolume, bound to the claim in NAMESPACE.
+SHARED_VOLUME = "tfx-scaleout-shared-kubeflow"
 MYSQL_PORT = 3306
 S3_PORT = 9000
 MLMD_PORT = 8080
@@ -372,12 +374,16 @@ def _deployment(name: str, account: str, containers: list[dict], volumes=()) -> 
     }
 
 
-def manifests(references: dict[str, str], keys: dict[str, str]) -> str:
-    """Everything `up --kfp` applies, in order: the namespace, the vendored CRDs and RBAC, the
-    host processes' Services, the secrets and configuration, the three Deployments."""
+def manifests(references: dict[str, str], keys: dict[str, str], shared: str = "") -> str:
+    """Everything `up --kfp` applies, in order: the namespace, the shared folder's claim there
+    (runs' pods are in this namespace: `compile --pvc_name tfx-scaleout-shared --mount_path
+    SHARED` mounts it, e.g. for --serving_model_dir), the vendored CRDs and RBAC, the host
+    processes' Services, the secrets and configuration, the three Deployments."""
     documents: list[dict] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
     ]
+    if shared:
+        documents += addons.shared_volume(shared, NAMESPACE, SHARED_VOLUME, LABELS)
     for document in vendored_documents():
         if document["kind"] != "CustomResourceDefinition":
             document.setdefault("metadata", {})["namespace"] = NAMESPACE

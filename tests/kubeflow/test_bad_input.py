@@ -35,8 +35,15 @@ def compile_argv(tmp_path, *flags: str, root: str = "gs://bucket/tfx", image: st
             "object-store pipeline roots",
         ),
         ("file:///tmp/root", [], "invalid --pipeline_root file:///tmp/root: Kubeflow Pipelines'"),
-        ("s3://bucket/tfx", [], "invalid --pipeline_root s3://bucket/tfx: TFX's executors write"),
-        ("minio://mlpipeline/v2", [], "no s3:// or minio:// file system in this image"),
+        # s3:// and minio:// roots are the launcher's; the serving directory then is not.
+        (
+            "s3://bucket/tfx",
+            [],
+            "invalid --serving_model_dir s3://bucket/tfx/serving_model: the Pusher and "
+            "BaselineModel pods share it (TensorFlow has no s3:// or minio:// file system here",
+        ),
+        ("minio://mlpipeline/v2", [], "invalid --serving_model_dir minio://mlpipeline/v2/serving"),
+        ("minio://", [], "invalid --pipeline_root minio:: Kubeflow Pipelines' launcher"),
         ("gs://", [], "invalid --pipeline_root gs:: Kubeflow Pipelines' launcher"),
     ],
 )

@@ -427,3 +427,29 @@ def test_compile_command_prints_no_tensorflow_cuda_noise(tmp_path):
     assert f"compiled penguins-pipeline -> {output}" in result.stdout
     assert "Unable to register" not in result.stderr, result.stderr
     assert "cuda" not in result.stderr.lower(), result.stderr
+
+
+def test_a_minio_root_with_no_requests_for_a_small_cluster(tmp_path_factory):
+    """The KFP installation's object store as pipeline root (KFP's launcher moves the artifacts;
+    kubeflow/run_executor.py maps them), and every request 0: no pod asks for CPU or memory."""
+    spec, _, _ = _compile(
+        tmp_path_factory,
+        "minio",
+        "--pipeline_root=minio://mlpipeline/v2/artifacts",
+        "--serving_model_dir=gs://bucket/serving",
+        "--gpus=0",
+        *(
+            f"--{kind}_{size}=0"
+            for kind in ("beam", "trainer", "default")
+            for size in ("cpu", "memory_gb")
+        ),
+    )
+    assert spec.default_pipeline_root == "minio://mlpipeline/v2/artifacts"
+    for task in (*COMPONENTS, DRIVER):
+        resources = _container(spec, task).resources
+        assert (resources.cpu_limit, resources.memory_limit, resources.accelerator.count) == (
+            0,
+            0,
+            0,
+        ), task
+        assert resources.cpu_request == resources.memory_request == 0, task

@@ -20,9 +20,12 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 
 from kubeflow.local_cluster import builds, images, kfp, node
 from tests.kubeflow.conftest import CLUSTER_PACKAGES
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = [
     pytest.mark.slow,
@@ -197,6 +200,106 @@ def test_a_run_succeeds_and_its_executor_log_lands_in_the_bucket(kfp_cluster, tm
     assert len(logs) == 1, logs
     with open(logs[0]) as handle:
         assert "-mlmd_server_address" in handle.read()
+
+
+def test_the_penguin_pipeline_runs_to_a_pushed_model_on_the_minio_root(kfp_cluster, tmp_path):
+    """`run_kubeflow.py compile` with KFP's own store as pipeline root (the launcher moves the
+    artifacts, kubeflow/run_executor.py maps them) and no resource requests (the node has 2
+    CPUs), the serving directory on the shared folder's claim in KFP's namespace; `deploy --run
+    --wait` reaches SUCCEEDED; every task ran the project's image; the pushed model is in the
+    bucket (the PushedModel artifact the launcher uploaded) and in the serving directory."""
+    from kubeflow import run_kubeflow
+
+    image = kfp_cluster.info["image"]
+    shared = kfp_cluster.info["shared"]
+    serving = os.path.join(shared, f"serving-{tmp_path.name}")
+    package = str(tmp_path / "penguins.yaml")
+    sizes = [f"--{k}_{s}=0" for k in ("beam", "trainer", "default") for s in ("cpu", "memory_gb")]
+    compiled = run_kubeflow.main(
+        [
+            "compile",
+            "--pipeline_root=minio://mlpipeline/v2/artifacts",
+            f"--image={image}",
+            f"--gpu_image={image}",
+            "--allow_unpinned_images",
+            "--pvc_name=tfx-scaleout-shared",
+            f"--mount_path={shared}",
+            f"--serving_model_dir={serving}",
+            f"--pipeline_name=penguins-{tmp_path.name[-12:].strip('_').lower()}",
+            "--gpus=0",
+            "--epochs=1",
+            *sizes,
+            f"--output={package}",
+        ]
+    )
+    assert compiled == 0
+    url = kfp_cluster.info["kfp"]["url"]
+    deployed = subprocess.run(
+        [sys.executable, "kubeflow/run_kubeflow.py", "deploy", f"--package={package}"]
+        + ["--run", "--wait", "--timeout=1400", "--poll=5", f"--endpoint={url}"],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        cwd=PROJECT_ROOT,
+    )
+    assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    run_id = re.search(r"run ([0-9a-f-]{36})", deployed.stdout + deployed.stderr)
+    assert run_id, deployed.stdout
+    import kfp as kfp_sdk
+
+    run = kfp_sdk.Client(host=url).get_run(run_id.group(1))
+    assert run.state == "SUCCEEDED"
+    kube = kfp_cluster.kube()
+    (workflow,) = kube.get(
+        "-n", kfp.NAMESPACE, "workflows", "-l", f"pipeline/runid={run_id.group(1)}"
+    )["items"]
+    name = workflow["metadata"]["name"]
+    pods = kube.get("-n", kfp.NAMESPACE, "pods", "-l", f"workflows.argoproj.io/workflow={name}")
+    tasks = {
+        pod["metadata"]["name"]: {c["name"]: c["image"] for c in pod["spec"]["containers"]}
+        for pod in pods["items"]
+        if any(c["name"] == "kfp-launcher" for c in pod["spec"].get("initContainers", []))
+    }
+    # ImportSchemaGen, CsvExampleGen and its driver task, StatisticsGen, ExampleValidator,
+    # Transform, Trainer, BaselineModel, Evaluator, Pusher.
+    assert len(tasks) == 10, tasks
+    assert {containers["main"] for containers in tasks.values()} == {image}, tasks
+    bucket = os.path.join(kfp.KfpLayout(kfp_cluster.layout).s3_root, kfp.BUCKET)
+    pushed = subprocess.run(
+        ["find", bucket, "-path", f"*{run_id.group(1)}*Pusher*", "-name", "saved_model.pb"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert len(pushed) == 1, pushed
+    (version,) = os.listdir(serving)
+    assert os.path.getsize(os.path.join(serving, version, "saved_model.pb")) == os.path.getsize(
+        pushed[0]
+    )
+
+
+def test_runs_pods_can_claim_the_shared_folder_in_kfps_namespace(tmp_path):
+    """The shared folder's claim exists in KFP's namespace too (runs' pods are there; a claim is
+    namespaced), on its own PersistentVolume (a volume binds one claim), both removable by
+    KFP's labels / name (cluster.remove_kfp)."""
+    from collections import defaultdict
+
+    from kubeflow.local_cluster import addons
+
+    references: dict = defaultdict(lambda: "localhost/x:1")
+    keys = {"db_password": "p", "s3_access_key": "a", "s3_secret_key": "s"}
+    documents = list(yaml.safe_load_all(kfp.manifests(references, keys, str(tmp_path))))
+    (volume,) = [d for d in documents if d["kind"] == "PersistentVolume"]
+    (claim,) = [d for d in documents if d["kind"] == "PersistentVolumeClaim"]
+    assert volume["metadata"]["name"] == kfp.SHARED_VOLUME != addons.SHARED_PVC
+    assert volume["spec"]["hostPath"]["path"] == str(tmp_path)
+    assert volume["spec"]["claimRef"] == {"namespace": kfp.NAMESPACE, "name": addons.SHARED_PVC}
+    assert claim["metadata"]["namespace"] == kfp.NAMESPACE
+    assert claim["spec"]["volumeName"] == kfp.SHARED_VOLUME
+    assert kfp.LABELS.items() <= claim["metadata"]["labels"].items()
+    # The default namespace's pair is unchanged.
+    base = list(yaml.safe_load_all(addons.shared_volume_manifests(str(tmp_path), "img")))
+    assert [d["metadata"]["name"] for d in base[:2]] == [addons.SHARED_PVC] * 2
+    assert base[1]["metadata"]["namespace"] == "default"
 
 
 def test_the_vendored_manifests_are_the_pinned_releases_files():

@@ -147,3 +147,95 @@ def test_unrestorable_input_exits_2_with_the_message(capsys):
         "kubeflow.run_executor: input artifact 'examples' of tfx.components.statistics_gen" in error
     )
     assert "'system.Artifact'" in error
+
+
+# KFP 2.14.3's launcher (kubeflow/pipelines fc3214d4 backend/src/v2/component/launcher_v2.go:886).
+LAUNCHER_MAPPING = [
+    ("minio://mlpipeline/v2/artifacts/p/r/T/model", "/minio/mlpipeline/v2/artifacts/p/r/T/model"),
+    ("s3://bucket/tfx/T/examples", "/s3/bucket/tfx/T/examples"),
+]
+
+
+@pytest.mark.parametrize(("uri", "path"), LAUNCHER_MAPPING)
+def test_object_store_uris_map_to_the_launchers_local_paths_and_back(uri, path):
+    scheme = uri[: uri.index("://") + 3]
+    assert run_executor.local_path(uri) == path
+    assert run_executor.store_uri(path, {scheme}) == uri
+    # gs:// stays (TensorFlow opens it); a path of a scheme not in this task is left alone.
+    assert run_executor.local_path("gs://b/x") == "gs://b/x"
+    assert run_executor.store_uri("/gcs/b/x", {scheme}) == "/gcs/b/x"
+    other = {"minio://", "s3://"} - {scheme}
+    assert run_executor.store_uri(path, other) == path
+
+
+def test_input_artifacts_reach_tfx_at_the_launchers_download_path():
+    value = executor_input(SHAPES["tfx"], uri="minio://mlpipeline/v2/artifacts/r/Gen/examples")
+    mapped, schemes = run_executor.to_local_paths(value)
+    assert schemes == {"minio://"}
+    (parsed,) = tfx_parse(mapped)
+    assert parsed.uri == "/minio/mlpipeline/v2/artifacts/r/Gen/examples"
+    assert parsed.split_names == '["train"]'
+    # The input itself is untouched (the output file is mapped back from it).
+    assert value["inputs"]["artifacts"]["examples"]["artifacts"][0]["uri"].startswith("minio://")
+
+
+def test_a_real_tfx_executor_runs_on_local_copies_and_hands_back_store_uris(tmp_path, monkeypatch):
+    """TFX's Pusher through the entry point: its model and blessing inputs are where the launcher
+    downloaded them, its PushedModel output is written at the launcher's upload path, and the
+    executor output names the minio:// URIs (what the launcher uploads to and records)."""
+    root = tmp_path / "pod"
+    monkeypatch.setitem(run_executor.LAUNCHER_PATHS, "minio://", f"{root}/minio/")
+    store = "minio://mlpipeline/v2/artifacts/penguins/run-1"
+    model_dir = root / "minio/mlpipeline/v2/artifacts/penguins/run-1/Trainer/model/Format-Serving"
+    (model_dir / "variables").mkdir(parents=True)
+    (model_dir / "saved_model.pb").write_bytes(b"graph")
+    (model_dir / "variables" / "variables.index").write_bytes(b"index")
+    (root / "minio/mlpipeline/v2/artifacts/penguins/run-1/Evaluator/blessing").mkdir(parents=True)
+    serving = tmp_path / "serving"
+
+    def artifact(cls, uri, metadata=None):
+        schema = compiler_utils.get_artifact_schema(cls).decode()
+        return {"artifacts": [{"name": uri, "type": {"instanceSchema": schema}, "uri": uri,
+                               "metadata": metadata or {}}]}  # fmt: skip
+
+    output_file = tmp_path / "kfp_outputs" / "output_metadata.json"
+    value = {
+        "inputs": {
+            "artifacts": {
+                "model": artifact(standard_artifacts.Model, f"{store}/Trainer/model"),
+                "model_blessing": artifact(
+                    standard_artifacts.ModelBlessing,
+                    f"{store}/Evaluator/blessing",
+                    {"blessed": 1, "current_model": f"{store}/Trainer/model"},
+                ),
+            },
+            "parameterValues": {
+                "push_destination": json.dumps({"filesystem": {"base_directory": str(serving)}}),
+                "custom_config": "null",
+            },
+        },
+        "outputs": {
+            "artifacts": {
+                "pushed_model": artifact(standard_artifacts.PushedModel, f"{store}/Pusher/pushed")
+            },
+            "outputFile": str(output_file),
+        },
+    }
+    argv = ["prog", "--executor_class_path", "tfx.components.pusher.executor.Executor"]
+    argv += ["--json_serialized_invocation_args", json.dumps(value)]
+    spec = {name: {"parameterType": "STRING"} for name in value["inputs"]["parameterValues"]}
+    argv += ["--json_serialized_inputs_spec_args", json.dumps({"parameters": spec})]
+    with pytest.raises(SystemExit) as exited:  # absl's app.run exits 0 when main returns
+        run_executor.run(argv)
+    assert exited.value.code in (0, None)
+    pushed_local = root / "minio/mlpipeline/v2/artifacts/penguins/run-1/Pusher/pushed"
+    assert (pushed_local / "saved_model.pb").read_bytes() == b"graph"
+    assert (pushed_local / "variables" / "variables.index").read_bytes() == b"index"
+    (version,) = [p.name for p in serving.iterdir()]
+    assert (serving / version / "saved_model.pb").read_bytes() == b"graph"
+    written = json.loads(output_file.read_text())
+    (pushed,) = written["artifacts"]["pushed_model"]["artifacts"]
+    assert pushed["uri"] == f"{store}/Pusher/pushed"
+    assert pushed["metadata"]["pushed"] == 1.0
+    assert pushed["metadata"]["pushed_destination"] == str(serving / version)
+    assert str(root) not in output_file.read_text()
