@@ -235,18 +235,31 @@ def _input_cells(column, rows: int):
     return pc.if_else(column.is_null(), "", joined)
 
 
-def _output_matrix(logs, name: str):
-    """One output of every log in the batch, a row's values per row (numpy, rows x width)."""
+def _output_matrices(logs, names) -> dict[str, Any]:
+    """The outputs named of every log in the batch, each as a row's values per row (numpy,
+    rows x width); each log's output map read once (the proto map is costly to open)."""
     import numpy as np
 
-    tensors = [log.predict_log.response.outputs[name] for log in logs]
-    known = _FIELDS.get(tensors[0].dtype)
-    if known is not None and all(
-        tensor.dtype == tensors[0].dtype and tensor.tensor_content for tensor in tensors
-    ):
-        flat = np.frombuffer(b"".join(tensor.tensor_content for tensor in tensors), known[0])
-        return flat.reshape(len(tensors), -1)
-    return np.stack([_flat_values(tensor) for tensor in tensors])
+    tensors: dict[str, list] = {name: [] for name in names}
+    for log in logs:
+        outputs = log.predict_log.response.outputs
+        for name in names:
+            tensors[name].append(outputs[name])
+    matrices = {}
+    for name, found in tensors.items():
+        known = _FIELDS.get(found[0].dtype)
+        if known is not None and all(tensor.dtype == found[0].dtype for tensor in found):
+            if all(tensor.tensor_content for tensor in found):
+                flat = np.frombuffer(b"".join(tensor.tensor_content for tensor in found), known[0])
+                matrices[name] = flat.reshape(len(found), -1)
+                continue
+            values = [getattr(tensor, known[1]) for tensor in found]
+            width = len(values[0])
+            if width and all(len(row) == width for row in values):
+                matrices[name] = np.array(values, dtype=known[0]).reshape(len(found), width)
+                continue
+        matrices[name] = np.stack([_flat_values(tensor) for tensor in found])
+    return matrices
 
 
 def _output_cells(column, name: str, class_names: tuple[str, ...]):
@@ -297,10 +310,8 @@ def csv_lines(logs, layout: Layout, class_names: tuple[str, ...] = ()) -> list[s
         _input_cells(batch.column(name) if name in names else None, len(logs))
         for name in layout.inputs
     ]
-    matrices: dict[str, Any] = {}
+    matrices = _output_matrices(logs, sorted({name for name, _, _ in layout.outputs}))
     for name, index, _ in layout.outputs:
-        if name not in matrices:
-            matrices[name] = _output_matrix(logs, name)
         matrix = matrices[name]
         columns.append(_output_cells(matrix[:, 0 if index is None else index], name, class_names))
     columns = [_quoted(pc.cast(column, pa.string())) for column in columns]
