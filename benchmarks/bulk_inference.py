@@ -9,6 +9,10 @@ Beam plus this project's pass that writes predictions.csv). Then `python -m pipe
 --csv` on the same rows with the pushed model (the same model: the run's candidate, blessed and
 pushed), in a fresh process, its output to a file. Reported: rows/s of each and the ratio, the
 InferCsvExampleGen's time (reading the rows) beside them, and the peak RSS of each process.
+Then the predictions-CSV pass alone, twice on the run's PredictionLogs in this process on Beam's
+DirectRunner: the per-row writer (csv_row + csv_line per PredictionLog, what the component ran
+before) and the component's batched one (WritePredictionsCsv); the two files must be the same
+lines.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 
 from benchmarks import common
 
@@ -29,6 +34,63 @@ def _component_seconds(stdout: str, component: str) -> float:
     if not found:
         raise RuntimeError(f"no '{component} executed' line in the run's output:\n{stdout}")
     return float(found.group(1))
+
+
+def csv_pass_seconds(output_root: str, rows_dir: str, serving: str, label: str) -> dict:
+    """The predictions-CSV pass alone, per row (the old writer) and batched, same logs."""
+    import glob
+
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from components.tfx_components.bulk_inferrer import executor
+
+    [result] = {
+        os.path.dirname(path)
+        for path in glob.glob(
+            os.path.join(output_root, "**", executor.PREDICTION_LOGS_PATTERN), recursive=True
+        )
+    }
+    pattern = os.path.join(result, executor.PREDICTION_LOGS_PATTERN)
+    [rows_file] = [os.path.join(rows_dir, name) for name in os.listdir(rows_dir)]
+    with open(rows_file) as handle:
+        columns = handle.readline().strip().split(",")
+    [model] = [os.path.dirname(path) for path in glob.glob(os.path.join(serving, "*", "assets"))]
+    class_names = executor.model_class_names(model)
+    first = executor.first_log(pattern)
+    layout = executor.output_layout(columns, executor.log_parts(first)[1], label, class_names)
+    names = tuple(class_names)
+    options = PipelineOptions(["--runner=DirectRunner"])
+    files = {}
+    seconds = {}
+    for kind in ("per_row", "batched"):
+        path = os.path.join(os.path.dirname(output_root), f"predictions-{kind}.csv")
+        start = time.perf_counter()
+        with beam.Pipeline(options=options) as pipeline:
+            if kind == "batched":
+                _ = pipeline | executor.WritePredictionsCsv(pattern, layout, path, names)
+            else:
+                _ = (
+                    pipeline
+                    | beam.io.ReadFromTFRecord(
+                        pattern, coder=beam.coders.ProtoCoder(prediction_log_pb2.PredictionLog)
+                    )
+                    | beam.Map(lambda log: executor.csv_line(executor.csv_row(log, layout, names)))
+                    | beam.io.WriteToText(
+                        path[: -len(".csv")],
+                        file_name_suffix=".csv",
+                        num_shards=1,
+                        shard_name_template="",
+                        header=executor.csv_line(layout.header),
+                    )
+                )
+        seconds[f"csv_pass_{kind}_s"] = time.perf_counter() - start
+        with open(path) as handle:
+            files[kind] = sorted(handle)
+    if files["per_row"] != files["batched"]:
+        raise RuntimeError("the batched predictions CSV differs from the per-row one")
+    return seconds
 
 
 def measure(work_dir: str, rows: int, train_rows: int) -> dict:
@@ -76,7 +138,11 @@ def measure(work_dir: str, rows: int, train_rows: int) -> dict:
     lines = predicted.stdout.count("\n")
     if lines != rows:
         raise RuntimeError(f"pipeline.predict printed {lines} line(s) for {rows} rows")
+    print("  the predictions-CSV pass alone, per row and batched ...", flush=True)
+    csv_pass = csv_pass_seconds(output_root, rows_dir, serving, synthetic.SYNTH_LABEL_KEY)
     return {
+        **csv_pass,
+        "load_average_1min": os.getloadavg()[0],
         "rows": rows,
         "bulk_inferrer_s": inferrer,
         "infer_example_gen_s": example_gen,
@@ -98,7 +164,14 @@ def rows_of(measured: dict) -> list[common.Row]:
             note=f"InferCsvExampleGen {measured['infer_example_gen_s']:.1f} s besides; peak RSS "
             f"pipeline {measured['pipeline_peak_rss_mb']:.0f} MB, predict "
             f"{measured['predict_csv_peak_rss_mb']:.0f} MB",
-        )
+        ),
+        common.Row(
+            f"predictions-CSV pass, batched vs per row, {rows:,} rows",
+            rows / measured["csv_pass_batched_s"],
+            rows / measured["csv_pass_per_row_s"],
+            "rows/s",
+            note="the same PredictionLogs, DirectRunner, the same lines written",
+        ),
     ]
 
 
