@@ -146,7 +146,10 @@ def _first_line(path: str) -> str:
 
 def sniff_delimiter(path: str) -> str:
     """The separator of the file's header row (comma, semicolon, tab or pipe)."""
-    return csv_reader.sniff_delimiter(_first_line(path))
+    try:
+        return csv_reader.sniff_delimiter(_first_line(path))
+    except csv.Error as error:  # a NUL byte: not a text file
+        raise InputError(f"{path}: header row is not CSV text ({error})") from error
 
 
 def read_header(path: str, delimiter: str = ",") -> list[str]:

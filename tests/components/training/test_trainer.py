@@ -34,6 +34,7 @@ def _fn_args(tmp_path, custom_config: dict):
         train_steps=10,
         eval_steps=None,
         custom_config=custom_config,
+        hyperparameters=None,  # TFX's FnArgs: the Tuner's best point, when there is one
     )
 
 
