@@ -33,9 +33,9 @@ from components import KERAS_ENV
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-REFERENCE_DRIVER = """
+_DRIVER = """
 import os, sys
-from absl import flags, logging
+{prelude}from absl import flags, logging
 from tfx import v1 as tfx
 from tfx.examples.penguin import penguin_pipeline_local as example
 
@@ -52,16 +52,36 @@ tfx.orchestration.LocalDagRunner().run(example.create_pipeline(
     serving_model_dir=os.path.join(work, "serving_model", name),
     metadata_path=os.path.join(work, "tfx", "metadata", name, "metadata.db"),
     user_provided_schema_path=None,
-    enable_tuning=False,
-    enable_bulk_inferrer=True,
+    enable_tuning={tuning},
+    enable_bulk_inferrer={bulk_inferrer},
     examplegen_input_config=None,
     examplegen_range_config_date=None,
     resolver_range_config=None,
     beam_pipeline_args=example._beam_pipeline_args_by_runner["DirectRunner"],
-    enable_transform_input_cache=True,
+    enable_transform_input_cache={transform_input_cache},
     enable_example_diff=False,
 ))
 """
+
+
+def reference_driver(
+    *,
+    tuning: bool = False,
+    bulk_inferrer: bool = True,
+    transform_input_cache: bool = True,
+    prelude: str = "",
+) -> str:
+    """A script that runs TFX's own penguin_pipeline_local.create_pipeline with these choices
+    (argv[1]: the work folder of write_reference_inputs)."""
+    return _DRIVER.format(
+        prelude=prelude,
+        tuning=tuning,
+        bulk_inferrer=bulk_inferrer,
+        transform_input_cache=transform_input_cache,
+    )
+
+
+REFERENCE_DRIVER = reference_driver()
 
 SPECIES = {"Adelie": 0, "Chinstrap": 1, "Gentoo": 2}
 MEASUREMENTS = {

@@ -39,36 +39,12 @@ from components import KERAS_ENV
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_LOCAL = os.path.join(PROJECT_ROOT, "pipeline", "run_local.py")
 
-REFERENCE_DRIVER = """
-import os, sys
-import components  # keras-tuner on tf-keras (see benchmarks/tuning.py)
-from absl import flags, logging
-from tfx import v1 as tfx
-from tfx.examples.penguin import penguin_pipeline_local as example
-
-flags.FLAGS(sys.argv[:1])
-logging.set_verbosity(logging.INFO)
-work = sys.argv[1]
-name = "penguin_local_keras"
-tfx.orchestration.LocalDagRunner().run(example.create_pipeline(
-    pipeline_name=name,
-    pipeline_root=os.path.join(work, "tfx", "pipelines", name),
-    data_root=os.path.join(work, "data"),
-    module_file=os.path.join(work, "penguin_utils_keras.py"),
-    accuracy_threshold=0.6,
-    serving_model_dir=os.path.join(work, "serving_model", name),
-    metadata_path=os.path.join(work, "tfx", "metadata", name, "metadata.db"),
-    user_provided_schema_path=None,
-    enable_tuning=True,
-    enable_bulk_inferrer=False,
-    examplegen_input_config=None,
-    examplegen_range_config_date=None,
-    resolver_range_config=None,
-    beam_pipeline_args=example._beam_pipeline_args_by_runner["DirectRunner"],
-    enable_transform_input_cache=False,
-    enable_example_diff=False,
-))
-"""
+REFERENCE_DRIVER = reference_lib.reference_driver(
+    tuning=True,
+    bulk_inferrer=False,
+    transform_input_cache=False,
+    prelude="import components  # keras-tuner on tf-keras (see benchmarks/tuning.py)\n",
+)
 EVAL_CONFIG = """
 model_specs {
   signature_name: "serving_default"
