@@ -202,6 +202,29 @@ def test_a_run_succeeds_and_its_executor_log_lands_in_the_bucket(kfp_cluster, tm
         assert "-mlmd_server_address" in handle.read()
 
 
+def _failed_pod_logs(cluster) -> str:
+    """The last lines of every failed pod's containers in KFP's namespace (for a failed run)."""
+    kube = cluster.kube()
+    lines = []
+    for pod in kube.get("-n", kfp.NAMESPACE, "pods")["items"]:
+        if pod.get("status", {}).get("phase") != "Failed":
+            continue
+        name = pod["metadata"]["name"]
+        for container in pod["spec"]["containers"]:
+            log = kube.kubectl(
+                "-n",
+                kfp.NAMESPACE,
+                "logs",
+                name,
+                "-c",
+                container["name"],
+                "--tail=25",
+                check=False,
+            )
+            lines.append(f"--- {name}/{container['name']}:\n{log}")
+    return "\n".join(lines)
+
+
 def test_the_penguin_pipeline_runs_to_a_pushed_model_on_the_minio_root(kfp_cluster, tmp_path):
     """`run_kubeflow.py compile` with KFP's own store as pipeline root (the launcher moves the
     artifacts, kubeflow/run_executor.py maps them) and no resource requests (the node has 2
@@ -213,6 +236,11 @@ def test_the_penguin_pipeline_runs_to_a_pushed_model_on_the_minio_root(kfp_clust
     image = kfp_cluster.info["image"]
     shared = kfp_cluster.info["shared"]
     serving = os.path.join(shared, f"serving-{tmp_path.name}")
+    # The task pods' user may not create folders in the shared folder's root (their Pusher
+    # failed with PermissionDenied): the serving folder is made writable for them first, as a
+    # cluster's admin prepares a volume's folder (or sets fsGroup) for pipelines' pods.
+    os.makedirs(serving)
+    os.chmod(serving, 0o777)
     package = str(tmp_path / "penguins.yaml")
     sizes = [f"--{k}_{s}=0" for k in ("beam", "trainer", "default") for s in ("cpu", "memory_gb")]
     compiled = run_kubeflow.main(
@@ -225,7 +253,7 @@ def test_the_penguin_pipeline_runs_to_a_pushed_model_on_the_minio_root(kfp_clust
             "--pvc_name=tfx-scaleout-shared",
             f"--mount_path={shared}",
             f"--serving_model_dir={serving}",
-            f"--pipeline_name=penguins-{tmp_path.name[-12:].strip('_').lower()}",
+            "--pipeline_name=penguins-on-the-local-cluster",  # [a-z0-9-]: TFX's KFP v2 rule
             "--gpus=0",
             "--epochs=1",
             *sizes,
@@ -242,7 +270,9 @@ def test_the_penguin_pipeline_runs_to_a_pushed_model_on_the_minio_root(kfp_clust
         timeout=1500,
         cwd=PROJECT_ROOT,
     )
-    assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    assert deployed.returncode == 0, (
+        deployed.stdout[-2000:] + deployed.stderr[-2000:] + _failed_pod_logs(kfp_cluster)
+    )
     run_id = re.search(r"run ([0-9a-f-]{36})", deployed.stdout + deployed.stderr)
     assert run_id, deployed.stdout
     import kfp as kfp_sdk
