@@ -93,7 +93,10 @@ class KfpLayout:
 
     @property
     def mariadb_socket(self) -> str:
-        return os.path.join(self.folder, "mariadb.sock")
+        """In the cluster's short, fixed runtime folder (one cluster per machine), not under the
+        root: MariaDB refuses a socket path over 107 bytes, and a root under a test session's
+        temporary folder is longer than that."""
+        return os.path.join(node.RUNTIME_DIR, "mariadb.sock")
 
     @property
     def s3_root(self) -> str:
