@@ -464,15 +464,20 @@ def remove_kfp(root: str, say: Say = print) -> list[str]:
     return removed
 
 
+def _stop_supervisor(pid: int, seconds: float) -> None:
+    """SIGTERM to a supervisor (it stops its daemons), then waits up to `seconds` for it."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + seconds
+    while host.pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.3)
+
+
 def _stop_kfp(kfp_layout: kfp.KfpLayout, say: Say) -> list[str]:
     removed = []
     pid = kfp.running(kfp_layout)
     if pid is not None:
         say(f"stopping MariaDB, the S3 server and the MLMD server (supervisor {pid})")
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while host.pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.3)
+        _stop_supervisor(pid, 60)
         removed.append("Kubeflow Pipelines' host processes")
     cgroup = f"{node.CGROUP_ROOT}/kfp"
     if host.cgroup_pids(cgroup):
@@ -594,10 +599,7 @@ def down(root: str, say: Say = print) -> list[str]:
     pid = running_supervisor(layout)
     if pid is not None:
         say(f"stopping the node (supervisor {pid})")
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 90
-        while host.pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.3)
+        _stop_supervisor(pid, 90)
         removed.append("the node's processes")
     stray = host.cgroup_pids() | host.pids_in_netns()
     if stray:
