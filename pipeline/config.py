@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING
 
 from components import ConfigError
 from components.training.settings import IMAGE_LEARNING_RATE, TrainingConfig
 from pipeline.tuning import TuneConfig
 from pipeline.user_code import UserCode
-
-if TYPE_CHECKING:
-    from pipeline.inference import InferenceConfig
 
 BEAM_MODES = ("in_memory", "multi_processing")
 BEAM_RUNNERS = ("direct", "portable", "flink", "spark", "dataflow")
@@ -358,6 +354,25 @@ class MySQLConfig:
 
     def describe(self) -> str:
         return f"mysql://{self.host}:{self.port}/{self.database}"
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceConfig:
+    """Where the rows to predict are and how the ExampleGen reads them."""
+
+    data_root: str
+    file_pattern: str = "*.csv"
+    delimiter: str = ","
+    # (column, int|float|string) of every column of the files, in file order.
+    column_types: tuple[tuple[str, str], ...] = ()
+    # Columns a row must have a value in (the model's fixed-shape features).
+    required_columns: tuple[str, ...] = ()
+    # The training label, when the files have it (kept in the output, not read by the model).
+    label_present: bool = False
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.column_types)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,29 +22,10 @@ import os
 
 from components.tfx_components.example_gen import csv_reader
 from pipeline import preflight
-from pipeline.config import DatasetConfig
+from pipeline.config import DatasetConfig, InferenceConfig
 
 INFER_SPLIT = "infer"
 FLAG = "--infer_data"
-
-
-@dataclasses.dataclass(frozen=True)
-class InferenceConfig:
-    """Where the rows to predict are and how the ExampleGen reads them."""
-
-    data_root: str
-    file_pattern: str = "*.csv"
-    delimiter: str = ","
-    # (column, int|float|string) of every column of the files, in file order.
-    column_types: tuple[tuple[str, str], ...] = ()
-    # Columns a row must have a value in (the model's fixed-shape features).
-    required_columns: tuple[str, ...] = ()
-    # The training label, when the files have it (kept in the output, not read by the model).
-    label_present: bool = False
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.column_types)
 
 
 def _files(data_root: str, pattern: str) -> list[str]:

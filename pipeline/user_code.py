@@ -39,7 +39,14 @@ from typing import Any
 
 from components.user_code import MANIFEST_FILE, UserModule
 from pipeline import fingerprints, user_functions
-from pipeline.user_functions import MODEL_FN, PREPROCESSING_FN, RUN_FN, TUNER_FN, UserCodeError
+from pipeline.user_functions import (
+    MODEL_FN,
+    PREPROCESSING_FN,
+    RUN_FN,
+    TUNER_FN,
+    UserCodeChoice,
+    UserCodeError,
+)
 
 STAGING_DIR = "_user_code"
 # What runs the user's code, and the module-level functions each ignores in the module file.
@@ -50,31 +57,6 @@ ROLES = {
     EVALUATOR: (),
     TUNER: ("preprocessing_fn", "stats_options_updater_fn", "run_fn"),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class UserCodeChoice:
-    """What the user-code flags ask for (paths as given)."""
-
-    module_file: str | None = None
-    preprocessing_fn: str | None = None
-    run_fn: str | None = None
-    model_fn: str | None = None
-    custom_config: str = ""
-    eval_config: str | None = None
-
-    @property
-    def given(self) -> bool:
-        return any(
-            (
-                self.module_file,
-                self.preprocessing_fn,
-                self.run_fn,
-                self.model_fn,
-                self.custom_config,
-                self.eval_config,
-            )
-        )
 
 
 @dataclasses.dataclass(frozen=True)

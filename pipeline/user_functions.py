@@ -17,13 +17,36 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from components.ml import features
 from pipeline import fingerprints
 
-if TYPE_CHECKING:
-    from pipeline.user_code import UserCodeChoice
+
+@dataclasses.dataclass(frozen=True)
+class UserCodeChoice:
+    """What the user-code flags ask for (paths as given)."""
+
+    module_file: str | None = None
+    preprocessing_fn: str | None = None
+    run_fn: str | None = None
+    model_fn: str | None = None
+    custom_config: str = ""
+    eval_config: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(
+            (
+                self.module_file,
+                self.preprocessing_fn,
+                self.run_fn,
+                self.model_fn,
+                self.custom_config,
+                self.eval_config,
+            )
+        )
+
 
 PREPROCESSING_FN, RUN_FN, MODEL_FN = "preprocessing_fn", "run_fn", "build_model"
 TUNER_FN = "tuner_fn"
