@@ -1,0 +1,390 @@
+"""The project's regression evaluation over record batches, written in TFMA's own output format.
+
+TFMA 0.47 unbatches every record batch into one extract per example and feeds each to its
+metric combiners one at a time: about 0.5 ms of Python per example, 17x the Trainer's time per
+example pass (docs/benchmarks.md, "Text columns of thousands of values"). The project's own
+regression EvalConfig (pipeline.builder.regression_eval_config) asks only for sums over the
+examples: count, absolute and squared errors, squared and absolute labels. So, for an EvalConfig
+that asks for no more than that (plan() says which, and why not), the Evaluator computes them
+here instead:
+
+  tfxio RecordBatches (as TFX's Evaluator reads them, the serialized examples kept)
+    -> EvaluateBatches: each model's preprocessing signature (the label) and serving signature
+       (the prediction) once per batch; per (model, output) sums in numpy
+    -> SumBatches (a CombineFn): the sums over all batches -> the metrics, keyed by TFMA's own
+       MetricKeys (metric_specs.to_computations), plus TFMA's diff metrics against a baseline
+    -> TFMA's writers: metrics, plots and attributions (none, as TFMA writes for these metrics),
+       the ValidationResult by TFMA's own validate_metrics and CombineValidations, and
+       eval_config.json; so tfma.load_eval_result / load_validation_result, the blessing and the
+       project's report read it as they read TFMA's.
+
+Anything else (slices, weights, confidence intervals, a metric or setting not below, a
+preprocessing function other than transform_label) is TFMA's, unchanged: plan() returns the
+reason, which the executor logs. tests/components/tfx_components/test_evaluator_batched.py runs
+both on one model and compares every value and the blessing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from components.ml import features
+
+# Rows per record batch (TFX's Evaluator lets tfx-bsl pick, growing from 1 row).
+BATCH_ROWS = 1024
+# Sums kept per (model, output), in this order.
+COUNT, ABS_ERROR, SQUARED_ERROR, SQUARED_LABEL, ABS_LABEL = range(5)
+SUMS = 5
+
+
+def _divide_no_nan(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else 0.0
+
+
+# (class_name, module) of a MetricConfig -> (the metric's default name, its value from the sums).
+# The custom ones are components.ml.metrics' Keras metrics, read as their result() computes them.
+METRICS = {
+    ("ExampleCount", ""): ("example_count", lambda s: s[COUNT]),
+    ("MeanAbsoluteError", ""): (
+        "mean_absolute_error",
+        lambda s: _divide_no_nan(s[ABS_ERROR], s[COUNT]),
+    ),
+    ("MeanSquaredError", ""): (
+        "mean_squared_error",
+        lambda s: _divide_no_nan(s[SQUARED_ERROR], s[COUNT]),
+    ),
+    ("RootMeanSquaredError", ""): (
+        "root_mean_squared_error",
+        lambda s: math.sqrt(_divide_no_nan(s[SQUARED_ERROR], s[COUNT])),
+    ),
+    ("MeanSquaredErrorSkill", "components.ml.metrics"): (
+        "mean_squared_error_skill",
+        lambda s: 1.0 - _divide_no_nan(s[SQUARED_ERROR], s[SQUARED_LABEL]),
+    ),
+    ("StandardizedAbsoluteError", "components.ml.metrics"): (
+        "standardized_absolute_error",
+        lambda s: _divide_no_nan(s[ABS_ERROR], s[COUNT]),
+    ),
+    ("MeanPredictorStandardizedAbsoluteError", "components.ml.metrics"): (
+        "mean_predictor_standardized_absolute_error",
+        lambda s: _divide_no_nan(s[ABS_LABEL], s[COUNT]),
+    ),
+}
+VALUES = {name: value for name, value in METRICS.values()}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one (model, output)'s label and prediction come from."""
+
+    model_name: str
+    output_name: str
+    label_key: str
+    prediction_key: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the batched path computes: the EvalConfig (with TFMA's defaults, as TFX's Evaluator
+    passes it), TFMA's MetricKeys for it, the (model, output) pairs they read, and each model's
+    preprocessing signatures."""
+
+    eval_config: Any
+    keys: tuple
+    targets: tuple[Target, ...]
+    preprocessing: dict[str, tuple[str, ...]]
+
+
+def _label_and_prediction_keys(spec, output_name: str) -> tuple[str, str] | None:
+    label = spec.label_keys.get(output_name) if spec.label_keys else spec.label_key or None
+    if spec.prediction_keys:
+        prediction = spec.prediction_keys.get(output_name)
+    else:
+        prediction = spec.prediction_key or output_name or None
+    if not label or not prediction:
+        return None
+    return label, prediction
+
+
+def plan(eval_config) -> Plan | str:
+    """A Plan for an EvalConfig (TFMA's defaults applied) the batched path computes exactly as
+    TFMA does, else the reason (one line) it goes to TFMA."""
+    from tensorflow_model_analysis.metrics import metric_specs
+
+    options = eval_config.options
+    if options.compute_confidence_intervals.value:
+        return "confidence intervals are asked for"
+    if options.disabled_outputs.values:
+        return "disabled_outputs is set"
+    if any(spec != type(spec)() for spec in eval_config.slicing_specs):
+        return "the EvalConfig has slicing specs other than the overall slice"
+    if eval_config.cross_slicing_specs:
+        return "the EvalConfig has cross-slicing specs"
+    preprocessing: dict[str, tuple[str, ...]] = {}
+    for spec in eval_config.model_specs:
+        names = tuple(spec.preprocessing_function_names)
+        if names != (features.TRANSFORM_LABEL_SIGNATURE,):
+            return (
+                f"model {spec.name or 'candidate'!r} reads its label through "
+                f"{', '.join(names) or 'no preprocessing function'}, not the project's "
+                f"{features.TRANSFORM_LABEL_SIGNATURE} signature alone"
+            )
+        if spec.example_weight_key or spec.example_weight_keys:
+            return "example weights are configured"
+        if spec.model_type not in ("", "tf_generic"):
+            return f"model type {spec.model_type!r} (the batched path calls signatures)"
+        preprocessing[spec.name] = names
+    for metrics_spec in eval_config.metrics_specs:
+        if (
+            metrics_spec.HasField("binarize")
+            or metrics_spec.HasField("aggregate")
+            or metrics_spec.query_key
+            or metrics_spec.HasField("example_weights")
+        ):
+            return "a metrics spec binarizes, aggregates, groups by query or weighs examples"
+        for metric in metrics_spec.metrics:
+            if (metric.class_name, metric.module) not in METRICS:
+                module = f" ({metric.module})" if metric.module else ""
+                return f"metric {metric.class_name}{module} is not one the batched path computes"
+            if metric.config or metric.per_slice_thresholds or metric.cross_slice_thresholds:
+                return f"metric {metric.class_name} has its own config or per-slice thresholds"
+    keys = sorted(
+        {
+            key
+            for c in metric_specs.to_computations(
+                eval_config.metrics_specs, eval_config=eval_config
+            )
+            for key in c.keys
+        },  # fmt: skip
+        key=str,
+    )
+    specs = {spec.name: spec for spec in eval_config.model_specs}
+    targets = {}
+    for key in keys:
+        if key.name not in VALUES or key.sub_key or key.aggregation_type or key.is_diff:
+            return f"TFMA computes {key.name!r} in a way the batched path does not"
+        spec = specs.get(key.model_name)
+        found = _label_and_prediction_keys(spec, key.output_name) if spec else None
+        if found is None:
+            return f"no label or prediction key for output {key.output_name!r}"
+        targets[key.model_name, key.output_name] = Target(key.model_name, key.output_name, *found)
+    if not keys:
+        return "the EvalConfig asks for no metrics"
+    return Plan(eval_config, tuple(keys), tuple(targets.values()), preprocessing)
+
+
+class EvaluationInputError(ValueError):
+    """An eval example the metrics cannot read (a missing or non-scalar label)."""
+
+
+def _load(path: str):
+    import tensorflow as tf
+
+    return tf.saved_model.load(path)
+
+
+def _call(signature, records) -> dict[str, np.ndarray]:
+    import tensorflow as tf
+
+    [input_name] = list(signature.structured_input_signature[1])
+    outputs = signature(**{input_name: tf.constant(records)})
+    return {name: value.numpy() for name, value in outputs.items()}
+
+
+def _scalars(values, name: str, rows: int, where: str) -> np.ndarray:
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    if flat.shape[0] != rows:
+        raise EvaluationInputError(
+            f"{where} {name!r} has {flat.shape[0]} values for {rows} examples: the batched "
+            f"Evaluator reads one number per example"
+        )
+    return flat
+
+
+def raw_column(batch, name: str) -> np.ndarray | None:
+    """A raw feature of a RecordBatch as one float per row; None when no example has it. A row
+    without exactly one value is an error naming the feature."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return None
+    column = batch.column(index)
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+        if (lengths != 1).any():
+            row = int(np.argmax(lengths != 1))
+            raise EvaluationInputError(
+                f"eval example {row} of a batch has {int(lengths[row])} values for the label "
+                f"{name!r}: every eval example needs exactly one"
+            )
+        column = pc.list_flatten(column)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+class EvaluateBatches(beam.DoFn):
+    """Per record batch: each model's signatures once, then per (model, output) the SUMS."""
+
+    def __init__(self, plan_: Plan, model_paths: dict[str, str]):
+        from apache_beam.utils import shared
+
+        self._plan = plan_
+        self._paths = model_paths
+        self._shared = {name: shared.Shared() for name in model_paths}
+        self._models: dict[str, Any] = {}
+
+    def setup(self):
+        for name, path in self._paths.items():
+            self._models[name] = self._shared[name].acquire(lambda p=path: _load(p), tag=path)
+
+    def process(self, batch):
+        import pyarrow.compute as pc
+        from tensorflow_model_analysis import constants as tfma_constants
+
+        raw = batch.column(batch.schema.get_field_index(tfma_constants.ARROW_INPUT_COLUMN))
+        records = pc.list_flatten(raw).to_pylist()
+        rows = batch.num_rows
+        if not rows:
+            return
+        outputs = {}
+        for name, model in self._models.items():
+            transformed: dict[str, np.ndarray] = {}
+            for function in self._plan.preprocessing[name]:
+                transformed.update(_call(model.signatures[function], records))
+            outputs[name] = (
+                transformed,
+                _call(model.signatures[features.SERVING_SIGNATURE], records),
+            )
+        sums = {}
+        for target in self._plan.targets:
+            transformed, predictions = outputs[target.model_name]
+            if target.label_key in transformed:
+                labels = _scalars(transformed[target.label_key], target.label_key, rows, "label")
+            else:
+                raw_labels = raw_column(batch, target.label_key)
+                if raw_labels is None:
+                    raise EvaluationInputError(
+                        f"the label {target.label_key!r} is neither an output of "
+                        f"{', '.join(self._plan.preprocessing[target.model_name])} nor a feature "
+                        "of the eval examples"
+                    )
+                labels = raw_labels
+            if target.prediction_key not in predictions:
+                raise EvaluationInputError(
+                    f"the prediction {target.prediction_key!r} is not an output of the model's "
+                    f"{features.SERVING_SIGNATURE} signature (its outputs: "
+                    f"{', '.join(sorted(predictions))})"
+                )
+            predicted = _scalars(
+                predictions[target.prediction_key], target.prediction_key, rows, "prediction"
+            )
+            error = predicted - labels
+            sums[target.model_name, target.output_name] = np.array(
+                [
+                    rows,
+                    np.abs(error).sum(),
+                    np.square(error).sum(),
+                    np.square(labels).sum(),
+                    np.abs(labels).sum(),
+                ]
+            )
+        yield sums
+
+
+class SumBatches(beam.CombineFn):
+    """The batches' SUMS added up, then TFMA's MetricKeys -> values, with TFMA's diff metrics
+    (candidate - baseline) when the EvalConfig has a baseline."""
+
+    def __init__(self, plan_: Plan):
+        self._plan = plan_
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, accumulator: dict, sums: dict) -> dict:
+        for target, values in sums.items():
+            accumulator[target] = accumulator.get(target, np.zeros(SUMS)) + values
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged: dict = {}
+        for accumulator in accumulators:
+            self.add_input(merged, accumulator)
+        return merged
+
+    def extract_output(self, accumulator: dict) -> dict:
+        from tensorflow_model_analysis.utils import model_util
+
+        metrics = {
+            key: float(VALUES[key.name](accumulator[key.model_name, key.output_name]))
+            for key in self._plan.keys
+        }
+        baseline = model_util.get_baseline_model_spec(self._plan.eval_config)
+        if baseline is not None:
+            for key, value in list(metrics.items()):
+                counterpart = key.make_baseline_key(baseline.name)
+                if key.model_name != baseline.name and counterpart in metrics:
+                    metrics[key.make_diff_key()] = value - metrics[counterpart]
+        return metrics
+
+
+def _overall(metrics: dict) -> tuple[tuple, dict]:
+    return (), metrics
+
+
+def _nothing(sliced: tuple) -> tuple[tuple, dict]:
+    return sliced[0], {}
+
+
+@beam.ptransform_fn
+def EvaluateAndWrite(  # noqa: N802 (a Beam PTransform)
+    record_batches, plan_: Plan, model_paths: dict[str, str], output_uri: str
+):
+    """Record batches -> TFMA's output files under output_uri."""
+    from tensorflow_model_analysis import constants as tfma_constants
+    from tensorflow_model_analysis.api import model_eval_lib
+    from tensorflow_model_analysis.evaluators import metrics_validator
+    from tensorflow_model_analysis.writers import (
+        eval_config_writer,
+        metrics_plots_and_validations_writer,
+    )
+
+    sliced = (
+        record_batches
+        | "EvaluateBatches" >> beam.ParDo(EvaluateBatches(plan_, model_paths))
+        # No examples: no overall slice, which TFMA's validation reports as a missing slice.
+        | "SumBatches" >> beam.CombineGlobally(SumBatches(plan_)).without_defaults()
+        | "OverallSlice" >> beam.Map(_overall)
+    )
+    evaluation = {
+        tfma_constants.METRICS_KEY: sliced,
+        tfma_constants.PLOTS_KEY: sliced | "NoPlots" >> beam.Map(_nothing),
+        tfma_constants.ATTRIBUTIONS_KEY: sliced | "NoAttributions" >> beam.Map(_nothing),
+        tfma_constants.VALIDATIONS_KEY: sliced
+        | "ValidateMetrics" >> beam.Map(metrics_validator.validate_metrics, plan_.eval_config),
+    }
+    keys = (
+        tfma_constants.METRICS_KEY,
+        tfma_constants.PLOTS_KEY,
+        tfma_constants.ATTRIBUTIONS_KEY,
+        tfma_constants.VALIDATIONS_KEY,
+    )
+    writers = [
+        eval_config_writer.EvalConfigWriter(
+            output_uri, eval_config=plan_.eval_config, model_locations=model_paths
+        ),
+        metrics_plots_and_validations_writer.MetricsPlotsAndValidationsWriter(
+            output_paths={key: os.path.join(output_uri, key) for key in keys},
+            eval_config=plan_.eval_config,
+            # As TFX's Evaluator: its shared models are made without rubber_stamp.
+            rubber_stamp=False,
+        ),
+    ]
+    return evaluation | "WriteResults" >> model_eval_lib.WriteResults(writers=writers)
