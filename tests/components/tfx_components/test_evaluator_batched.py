@@ -258,3 +258,16 @@ def test_a_label_missing_from_an_example_is_named(tmp_path):
     with pytest.raises(batched.EvaluationInputError, match="example 1 of a batch has 0 values"):
         batched.raw_column(batch, LABEL)
     assert batched.raw_column(batch, "absent") is None
+
+
+def test_the_evaluator_s_cache_key_follows_the_batched_code(tmp_path):
+    """The Evaluator's fingerprint (its cache key's code part) holds this module's digest: an
+    edit to the batched path reruns the Evaluator instead of serving an older evaluation."""
+    from pipeline import fingerprints
+
+    dataset = datasets.user_csv(str(tmp_path), LABEL, task="regression")
+    config = config_lib.local_config(dataset=dataset, output_root=str(tmp_path))
+    [evaluator] = [c for c in builder.create_pipeline(config).components if c.id == "Evaluator"]
+    code = fingerprints.fingerprint(evaluator)["code"]
+    path = os.path.relpath(batched.__file__, fingerprints.PROJECT_ROOT)
+    assert code[path] == fingerprints.source_closure([batched.__name__])[path]
