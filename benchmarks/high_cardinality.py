@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -272,14 +273,18 @@ def evaluator_breakdown(stats) -> dict[str, tuple[float, int]]:
     return found
 
 
-def profile_evaluator(run_root: str, split: str = "eval") -> dict:
-    """The project's Evaluator executor on RUN_ROOT's newest examples and model (the eval
-    config its Evaluator wrote), under cProfile, on Beam's in-memory DirectRunner as a local
-    run uses it: seconds per part (EVALUATOR_PARTS), eval examples and the metrics written."""
+def rerun_evaluator(
+    run_root: str, path: str = "chosen", profile: bool = False, split: str = "eval"
+):
+    """The project's Evaluator executor on RUN_ROOT's newest examples and model (the eval config
+    its Evaluator wrote), on Beam's in-memory DirectRunner as a local run uses it (no TFX sdist,
+    Beam's bookkeeping remembered: pipeline.local.policy.run_dag's settings). path: "chosen"
+    (the path the executor picks), "tfma" (TFMA's per-example evaluation, as before the batched
+    path). Returns (wall seconds of the executor, eval examples, metrics, cProfile or None)."""
     import cProfile
     import glob
     import json
-    import pstats
+    from unittest import mock
 
     import tensorflow_model_analysis as tfma
     from google.protobuf import json_format
@@ -287,7 +292,8 @@ def profile_evaluator(run_root: str, split: str = "eval") -> dict:
     from tfx.types import standard_artifacts
     from tfx.utils import json_utils
 
-    from components.tfx_components.evaluator import executor
+    from components import compat
+    from components.tfx_components.evaluator import batched, executor
 
     def newest(pattern: str) -> str:
         found = [  # artifact directories are numbered (not CsvExampleGen's rejected rows)
@@ -322,25 +328,108 @@ def profile_evaluator(run_root: str, split: str = "eval") -> dict:
             "eval_config": json_format.MessageToJson(eval_config),
             "example_splits": json_utils.dumps([split]),
         }
-        profile = cProfile.Profile()
-        profile.enable()
-        executor.Executor(context).Do(
-            {"examples": [examples], "model": [model]},
-            {"evaluation": [evaluation], "blessing": [blessing]},
-            properties,
+        forced = (
+            mock.patch.object(batched, "plan", return_value="the benchmark asks for TFMA")
+            if path == "tfma"
+            else contextlib.nullcontext()
         )
-        profile.disable()
+        profiler = cProfile.Profile() if profile else None
+        with forced, compat.no_tfx_sdist_for_direct_runner(), compat.beam_bookkeeping_remembered():
+            started = time.monotonic()
+            if profiler:
+                profiler.enable()
+            executor.Executor(context).Do(
+                {"examples": [examples], "model": [model]},
+                {"evaluation": [evaluation], "blessing": [blessing]},
+                properties,
+            )
+            if profiler:
+                profiler.disable()
+            seconds = time.monotonic() - started
         metrics = {}
         for result in tfma.load_metrics(evaluation.uri):
             for item in result.metric_keys_and_values:
                 output = f" ({item.key.output_name})" if item.key.output_name else ""
                 metrics[item.key.name + output] = item.value.double_value.value
     counts = [value for name, value in metrics.items() if name.startswith("example_count")]
+    return seconds, int(max(counts, default=0)), metrics, profiler
+
+
+def profile_evaluator(run_root: str, split: str = "eval", path: str = "chosen") -> dict:
+    """rerun_evaluator under cProfile: seconds per part (EVALUATOR_PARTS), eval examples and the
+    metrics written."""
+    import pstats
+
+    _, examples, metrics, profiler = rerun_evaluator(run_root, path, profile=True, split=split)
     return {
-        "parts": evaluator_breakdown(pstats.Stats(profile)),
-        "examples": int(max(counts, default=0)),
+        "parts": evaluator_breakdown(pstats.Stats(profiler)),
+        "examples": examples,
         "metrics": metrics,
     }
+
+
+def evaluator_rows(rows_count: int, work_dir: str, rounds: int) -> list[common.Row]:
+    """The Evaluator against the Trainer per example pass, before (TFMA's per-example path) and
+    after (the batched path), side by side: one whole run of the flights look-alike (the
+    Trainer's seconds per training example and epoch, from its summary), then its Evaluator
+    rerun `rounds` times on each path, alternating; medians with min-max."""
+    from pipeline.datasets import synthetic
+
+    data_dir = os.path.join(work_dir, "flights")
+    synthetic.write_flights(data_dir, rows_count, files=1, seed=0)
+    output_root = os.path.join(work_dir, "out")
+    run = whole_run(data_dir, output_root)
+    trainer = run["components"]["Trainer"] / (run["train"] * run["epochs"]) * 1e6
+    print(f"  whole run, {rows_count} rows: {run}", flush=True)
+    seconds: dict[str, list[float]] = {"tfma": [], "chosen": []}
+    metrics = {}
+    for _ in range(rounds):
+        for path in ("tfma", "chosen"):
+            wall, examples, metrics[path], _ = rerun_evaluator(output_root, path)
+            seconds[path].append(wall / examples * 1e6)
+            print(f"  Evaluator rerun, {path}: {wall:.2f} s, {examples} examples", flush=True)
+    in_run = run["components"]["Evaluator"] / run["eval"] * 1e6
+    rows = [
+        common.Row(
+            f"Evaluator vs Trainer, us per example pass, {rows_count} rows, in the run (batched)",
+            in_run,
+            trainer,
+            "us/example",
+            target=EVALUATOR_TARGET,
+            higher_is_better=False,
+            note=f"the run's own component times: Evaluator {run['components']['Evaluator']:.1f}"
+            f" s, Trainer {run['components']['Trainer']:.1f} s",
+        )
+    ]
+    for path, label in (("tfma", "before (TFMA per example)"), ("chosen", "after (batched)")):
+        values = sorted(seconds[path])
+        rows.append(
+            common.Row(
+                f"Evaluator vs Trainer, us per example pass, {rows_count} rows, {label}",
+                statistics.median(values),
+                trainer,
+                "us/example",
+                target=EVALUATOR_TARGET,
+                higher_is_better=False,
+                note=f"Evaluator min-max {values[0]:.0f}-{values[-1]:.0f} over {rounds}; Trainer "
+                f"{run['epochs']} epochs of {run['train']} rows; {run['eval']} eval",
+            )
+        )
+    after, before = statistics.median(seconds["chosen"]), statistics.median(seconds["tfma"])
+    rows.append(
+        common.Row(
+            f"Evaluator after vs before, us per example, {rows_count} rows",
+            after,
+            before,
+            "us/example",
+            higher_is_better=False,
+            note=", ".join(
+                f"{name} {value:.6g} vs {metrics['tfma'].get(name, float('nan')):.6g}"
+                for name, value in sorted(metrics["chosen"].items())
+            ),
+        )
+    )
+    return rows
 
 
 def format_profile(result: dict) -> str:
@@ -375,6 +464,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work_dir", default=None)
     parser.add_argument(
+        "--evaluator_only",
+        action="store_true",
+        help="only the Evaluator against the Trainer, before (TFMA) and after (batched), "
+        "on one whole run of --rows rows (50,000) and --rounds Evaluator reruns of each",
+    )
+    parser.add_argument(
+        "--evaluator_path",
+        choices=("chosen", "tfma"),
+        default="chosen",
+        help="with --profile_evaluator: the path the executor picks, or TFMA's (before)",
+    )
+    parser.add_argument(
         "--profile_evaluator",
         metavar="RUN_ROOT",
         default=None,
@@ -383,10 +484,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()}", flush=True)
     if args.profile_evaluator:
-        print(format_profile(profile_evaluator(args.profile_evaluator)))
+        print(format_profile(profile_evaluator(args.profile_evaluator, path=args.evaluator_path)))
         print(f"load average {os.getloadavg()}", flush=True)
         return 0
-    rows = run(args.quick, args.work_dir, args.rows, args.rounds)
+    if args.evaluator_only:
+        with tempfile.TemporaryDirectory(dir=args.work_dir) as scratch:
+            rows = evaluator_rows(args.rows or 50_000, scratch, args.rounds)
+    else:
+        rows = run(args.quick, args.work_dir, args.rows, args.rounds)
     print(f"load average {os.getloadavg()}", flush=True)
     print(common.format_table(rows))
     return 0 if all(row.passed is not False for row in rows) else 1

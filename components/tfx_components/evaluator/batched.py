@@ -13,10 +13,10 @@ here instead:
        (the prediction) once per batch; per (model, output) sums in numpy
     -> SumBatches (a CombineFn): the sums over all batches -> the metrics, keyed by TFMA's own
        MetricKeys (metric_specs.to_computations), plus TFMA's diff metrics against a baseline
-    -> TFMA's writers: metrics, plots and attributions (none, as TFMA writes for these metrics),
-       the ValidationResult by TFMA's own validate_metrics and CombineValidations, and
-       eval_config.json; so tfma.load_eval_result / load_validation_result, the blessing and the
-       project's report read it as they read TFMA's.
+    -> WriteResults: the files TFMA's writers write, by TFMA's own functions: metrics, plots and
+       attributions (none, as TFMA writes for these metrics), the ValidationResult (TFMA's
+       validate_metrics and CombineValidations) and eval_config.json; so tfma.load_eval_result /
+       load_validation_result, the blessing and the project's report read it as TFMA's.
 
 Anything else (slices, weights, confidence intervals, a metric or setting not below, a
 preprocessing function other than transform_label) is TFMA's, unchanged: plan() returns the
@@ -319,9 +319,11 @@ class SumBatches(beam.CombineFn):
             self.add_input(merged, accumulator)
         return merged
 
-    def extract_output(self, accumulator: dict) -> dict:
+    def extract_output(self, accumulator: dict) -> dict | None:
         from tensorflow_model_analysis.utils import model_util
 
+        if not accumulator:  # no examples
+            return None
         metrics = {
             key: float(VALUES[key.name](accumulator[key.model_name, key.output_name]))
             for key in self._plan.keys
@@ -335,12 +337,75 @@ class SumBatches(beam.CombineFn):
         return metrics
 
 
-def _overall(metrics: dict) -> tuple[tuple, dict]:
-    return (), metrics
+def write_results(metrics: dict | None, plan_: Plan, model_paths: dict, output_uri: str) -> None:
+    """The files TFMA's writers write (tfma.default_writers: metrics, plots, attributions and
+    validations as TFRecords of TFMA's protos, eval_config.json), from the overall slice's
+    metrics (None: no examples, which TFMA's validation reports as a missing slice). Written by
+    TFMA's own functions (convert_slice_*_to_proto, validate_metrics, CombineValidations), as one
+    step instead of TFMA's Beam sinks: a sink's stages cost more than the whole data path here."""
+    import tensorflow as tf
+    import tensorflow_model_analysis as tfma
+    from google.protobuf import json_format
+    from tensorflow_model_analysis import constants as tfma_constants
+    from tensorflow_model_analysis.evaluators import metrics_validator
+    from tensorflow_model_analysis.proto import config_pb2
+    from tensorflow_model_analysis.writers import (
+        eval_config_writer,
+    )
+    from tensorflow_model_analysis.writers import (
+        metrics_plots_and_validations_writer as writer,
+    )
+
+    tf.io.gfile.makedirs(output_uri)
+    sliced = [] if metrics is None else [((), metrics)]
+    records = {
+        tfma_constants.METRICS_KEY: [writer.convert_slice_metrics_to_proto(s, []) for s in sliced],
+        tfma_constants.PLOTS_KEY: [
+            writer.convert_slice_plots_to_proto((key, {}), []) for key, _ in sliced
+        ],
+        tfma_constants.ATTRIBUTIONS_KEY: [
+            writer.convert_slice_attributions_to_proto((key, {})) for key, _ in sliced
+        ],
+    }
+    # Beam's WriteToTFRecord names (one shard), as TFMA's writers leave them.
+    for key, protos in records.items():
+        with tf.io.TFRecordWriter(
+            os.path.join(output_uri, f"{key}-00000-of-00001.tfrecord")
+        ) as out:
+            for proto in protos:
+                out.write(proto.SerializeToString())
+    # As TFX's Evaluator: its shared models are made without rubber_stamp.
+    combine = writer.CombineValidations(plan_.eval_config, rubber_stamp=False)
+    validation = combine.create_accumulator()
+    for one in sliced:
+        validation = combine.add_input(
+            validation, metrics_validator.validate_metrics(one, plan_.eval_config)
+        )
+    validation = combine.extract_output(validation)
+    path = os.path.join(output_uri, f"{tfma_constants.VALIDATIONS_KEY}.tfrecord")
+    with tf.io.TFRecordWriter(path) as out:
+        out.write(validation.SerializeToString())
+    run = config_pb2.EvalRun(
+        eval_config=plan_.eval_config,
+        version=tfma.version.VERSION,
+        data_location="<user provided PCollection>",
+        file_format="<unknown>",
+        model_locations=model_paths,
+    )
+    name = f"{eval_config_writer.EVAL_CONFIG_FILE}.{eval_config_writer.EVAL_CONFIG_FILE_FORMAT}"
+    with tf.io.gfile.GFile(os.path.join(output_uri, name), "w") as out:
+        out.write(json_format.MessageToJson(run))
 
 
-def _nothing(sliced: tuple) -> tuple[tuple, dict]:
-    return sliced[0], {}
+class WriteResults(beam.DoFn):
+    """write_results on the one combined element."""
+
+    def __init__(self, plan_: Plan, model_paths: dict[str, str], output_uri: str):
+        self._plan, self._paths, self._uri = plan_, model_paths, output_uri
+
+    def process(self, metrics: dict | None):
+        write_results(metrics, self._plan, self._paths, self._uri)
+        yield self._uri
 
 
 @beam.ptransform_fn
@@ -348,43 +413,9 @@ def EvaluateAndWrite(  # noqa: N802 (a Beam PTransform)
     record_batches, plan_: Plan, model_paths: dict[str, str], output_uri: str
 ):
     """Record batches -> TFMA's output files under output_uri."""
-    from tensorflow_model_analysis import constants as tfma_constants
-    from tensorflow_model_analysis.api import model_eval_lib
-    from tensorflow_model_analysis.evaluators import metrics_validator
-    from tensorflow_model_analysis.writers import (
-        eval_config_writer,
-        metrics_plots_and_validations_writer,
-    )
-
-    sliced = (
+    return (
         record_batches
         | "EvaluateBatches" >> beam.ParDo(EvaluateBatches(plan_, model_paths))
-        # No examples: no overall slice, which TFMA's validation reports as a missing slice.
-        | "SumBatches" >> beam.CombineGlobally(SumBatches(plan_)).without_defaults()
-        | "OverallSlice" >> beam.Map(_overall)
+        | "SumBatches" >> beam.CombineGlobally(SumBatches(plan_))
+        | "WriteResults" >> beam.ParDo(WriteResults(plan_, model_paths, output_uri))
     )
-    evaluation = {
-        tfma_constants.METRICS_KEY: sliced,
-        tfma_constants.PLOTS_KEY: sliced | "NoPlots" >> beam.Map(_nothing),
-        tfma_constants.ATTRIBUTIONS_KEY: sliced | "NoAttributions" >> beam.Map(_nothing),
-        tfma_constants.VALIDATIONS_KEY: sliced
-        | "ValidateMetrics" >> beam.Map(metrics_validator.validate_metrics, plan_.eval_config),
-    }
-    keys = (
-        tfma_constants.METRICS_KEY,
-        tfma_constants.PLOTS_KEY,
-        tfma_constants.ATTRIBUTIONS_KEY,
-        tfma_constants.VALIDATIONS_KEY,
-    )
-    writers = [
-        eval_config_writer.EvalConfigWriter(
-            output_uri, eval_config=plan_.eval_config, model_locations=model_paths
-        ),
-        metrics_plots_and_validations_writer.MetricsPlotsAndValidationsWriter(
-            output_paths={key: os.path.join(output_uri, key) for key in keys},
-            eval_config=plan_.eval_config,
-            # As TFX's Evaluator: its shared models are made without rubber_stamp.
-            rubber_stamp=False,
-        ),
-    ]
-    return evaluation | "WriteResults" >> model_eval_lib.WriteResults(writers=writers)

@@ -271,3 +271,23 @@ def test_the_evaluator_s_cache_key_follows_the_batched_code(tmp_path):
     code = fingerprints.fingerprint(evaluator)["code"]
     path = os.path.relpath(batched.__file__, fingerprints.PROJECT_ROOT)
     assert code[path] == fingerprints.source_closure([batched.__name__])[path]
+
+
+def test_no_eval_examples_is_not_blessed_with_the_missing_slice_named(tmp_path):
+    """No examples: no overall slice, which TFMA's own CombineValidations reports as a missing
+    slice and not ok; the files are there for TFMA's loaders."""
+    plan = batched.plan(defaults(regression_config(tmp_path)))
+    assert isinstance(plan, batched.Plan)
+    out = str(tmp_path / "evaluation")
+    batched.write_results(None, plan, {"": "model"}, out)
+    validation = tfma.load_validation_result(out)
+    assert not validation.validation_ok
+    assert list(validation.missing_slices) == [tfma.SlicingSpec()]
+    assert tfma.load_metrics(out) is not None and not list(tfma.load_metrics(out))
+    assert sorted(os.listdir(out)) == [
+        "attributions-00000-of-00001.tfrecord",
+        "eval_config.json",
+        "metrics-00000-of-00001.tfrecord",
+        "plots-00000-of-00001.tfrecord",
+        "validations.tfrecord",
+    ]
