@@ -1,6 +1,8 @@
 """Text columns of thousands of values at the cost of few (issue 46), on the flights look-alike.
 
     python -m benchmarks.high_cardinality [--quick] [--rows N] [--rounds K] [--work_dir DIR]
+    python -m benchmarks.high_cardinality --evaluator_only [--rows N] [--rounds K]
+    python -m benchmarks.high_cardinality --profile_evaluator RUN_ROOT [--evaluator_path tfma]
 
 1. The Trainer's step, side by side in one process: the built-in model over the flights
    look-alike's transformed features with the real table's text columns (tail numbers 4,046
@@ -15,11 +17,17 @@
    table of N rows at cardinality 1.0 and 0.025: seconds per component and in all, the MSE
    skill, and the Evaluator's seconds per eval example against the Trainer's per training
    example and epoch (target: within 1.5x).
-3. `--profile_evaluator RUN_ROOT`: the project's Evaluator executor rerun under cProfile on a
+3. `--profile_evaluator RUN_ROOT`: the project's Evaluator executor (the path it picks, or
+   TFMA's with --evaluator_path tfma) rerun under cProfile on a
    finished run's eval split and model (RUN_ROOT: a run_local.py --output_root), its seconds
    split into the fixed part (building and translating the Beam pipeline, loading the model) and
    the per-example part (Beam's bundles: the model's signatures, TFMA's unbatching into one
    extract per example, its per-example metric combiners), beside the metrics it wrote.
+4. `--evaluator_only`: the Evaluator against the Trainer per example pass, before and after
+   the batched path, side by side: one whole run of N rows (50,000 by default; its own
+   component times, the Evaluator batched), then its Evaluator executor rerun K times on
+   TFMA's per-example path and K times batched, alternating; medians with min-max, the ratios
+   to the Trainer, and both paths' metrics beside each other.
 """
 
 from __future__ import annotations
@@ -258,6 +266,10 @@ EVALUATOR_PARTS = {
     "metric combiners, per example": (
         "tensorflow_model_analysis/evaluators/metrics_plots_and_validations_evaluator.py",
         "add_input",
+    ),
+    "batched path: signatures and sums per record batch": (
+        "components/tfx_components/evaluator/batched.py",
+        "process",
     ),
 }
 
