@@ -198,3 +198,24 @@ def test_a_model_without_transform_label_has_the_config_read_the_label_from_tran
     # A config that does not name transform_label (a user's --eval_config) is left alone.
     tfx_style = {"eval_config": json_format.MessageToJson(config())}
     assert executor.label_signature_for([old], tfx_style) is tfx_style
+
+
+def test_feature_names_are_read_across_files_up_to_the_limit(tmp_path):
+    """The first `limit` examples in file order, GZIP or not, their names united."""
+    split = tmp_path / "Split-eval"
+    split.mkdir()
+
+    def write(name: str, features: list[str], compression: str) -> None:
+        options = tf.io.TFRecordOptions(compression_type=compression)
+        with tf.io.TFRecordWriter(str(split / name), options) as writer:
+            for feature in features:
+                example = tf.train.Example()
+                example.features.feature[feature].float_list.value.append(1.0)
+                writer.write(example.SerializeToString())
+
+    write("data-00000.gz", ["a", "b"], "GZIP")
+    write("data-00001", ["c"], "")
+    assert model_check.example_feature_names(str(split)) == {"a", "b", "c"}
+    assert model_check.example_feature_names(str(split), limit=1) == {"a"}
+    assert model_check.example_feature_names(str(split), limit=2) == {"a", "b"}
+    assert model_check.example_feature_names(str(tmp_path / "empty")) == set()
