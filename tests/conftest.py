@@ -19,6 +19,22 @@ def _needed(item: pytest.Item) -> set[str]:
     return {name for mark in item.iter_markers("system_packages") for name in mark.args}
 
 
+def _fixtures(item: pytest.Item) -> list[str]:
+    """The fixtures the item uses that this suite defines. A parametrized argument is no
+    fixture even where it has a fixture's name: test_bad_input.py's `image` (an image reference)
+    made every run that selected it, `-m "not slow"` too, build the project's image."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    root = item.config.rootpath.resolve()
+    return [
+        name
+        for name in item.fixturenames
+        if (definitions := info.name2fixturedefs.get(name))
+        and workers.ours(definitions[-1].func, root)
+    ]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     test_session.start_phase_log(config)
     if not hasattr(config, "workerinput"):
@@ -79,7 +95,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     say = test_session.say(session.config)
     session.config.stash[_MISSING] = system_packages.ensure(needed, say)
     if not session.config.option.collectonly:
-        uses = [(item.nodeid.split("::")[0], item.fixturenames) for item in session.items]
+        uses = [(item.nodeid.split("::")[0], _fixtures(item)) for item in session.items]
         prewarm.start(prewarm.needed(uses), say)
 
 

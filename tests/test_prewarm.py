@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 
 from pipeline import PROJECT_ROOT
@@ -29,6 +30,39 @@ def test_the_builds_are_chosen_from_the_selected_tests_fixtures_and_files():
             assert os.path.exists(os.path.join(PROJECT_ROOT, user)), user
         else:
             assert _defined_fixture(user), f"no fixture {user!r} in tests/"
+
+
+# Collects the files given and prints the builds the session would start for them.
+PROBE = """
+import sys, pytest
+from tests import conftest, prewarm
+class Probe:
+    def pytest_collection_finish(self, session):
+        uses = [(i.nodeid.split("::")[0], conftest._fixtures(i)) for i in session.items]
+        print("builds:", prewarm.needed(uses))
+args = ["--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider", *sys.argv[1:]]
+sys.exit(pytest.main(args, plugins=[Probe()]))
+"""
+
+
+def test_a_parametrized_argument_named_like_a_fixture_starts_no_build():
+    """test_bad_input.py's `image` is an image reference, not the `image` fixture: collecting
+    it (as `-m "not slow"` does) starts no image build; test_image_build.py's fixture does."""
+
+    def builds(*files: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", PROBE, *files],
+            capture_output=True,
+            text=True,
+            cwd=PROJECT_ROOT,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        [line] = [line for line in result.stdout.splitlines() if line.startswith("builds:")]
+        return line
+
+    assert builds("tests/kubeflow/test_bad_input.py") == "builds: []"
+    assert builds("tests/kubeflow/test_image_build.py") == "builds: ['image']"
 
 
 def _defined_fixture(name: str) -> bool:

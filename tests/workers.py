@@ -142,12 +142,12 @@ def _session_fixtures(item: pytest.Item) -> set[str]:
         definitions = info.name2fixturedefs.get(name, ())
         # The last definition is the one the test gets (a module's own fixture of the same
         # name overrides a conftest's).
-        if definitions and definitions[-1].scope == "session" and _ours(definitions[-1].func, root):
+        if definitions and definitions[-1].scope == "session" and ours(definitions[-1].func, root):
             found.add(name)
     return found
 
 
-def _ours(func: object, root: pathlib.Path) -> bool:
+def ours(func: object, root: pathlib.Path) -> bool:
     try:
         path = pathlib.Path(inspect.getfile(func)).resolve()  # type: ignore[arg-type]
     except TypeError:

@@ -60,6 +60,7 @@ def scripts() -> dict[str, str]:
 # --- what this module runs -----------------------------------------------------------------
 
 DIABETES = ("docs/csv.md", "python -m pipeline.datasets.regression --out ~/diabetes")
+# Run by tests/kubeflow/test_ir_pipeline.py as its cold run, so not by is_kubeflow here.
 IR_TRY_IT = ("docs/kubeflow.md", "python -m tests.kubeflow.ir_runner")
 
 
@@ -96,7 +97,6 @@ def run_here(command: Command) -> bool:
         or is_kubeflow(command)
         or is_generator(command)
         or in_block(command, *DIABETES)
-        or in_block(command, *IR_TRY_IT)
     )
 
 
@@ -669,14 +669,3 @@ def test_diabetes_regression_as_csv_md_shows_it(tmp_path):
     assert [shown.fullmatch(line).group(1) for line in predicted.stdout.splitlines()] == ["2", "3"]
     # The page's own example output has the same shape.
     assert shown.search("\n".join(pages.read("docs/csv.md")))
-
-
-@pytest.mark.slow
-def test_compiled_pipeline_through_the_ir_runner(tmp_path):
-    """kubeflow.md's "Try it": compile, then every task of the file run as KFP's driver and
-    launcher would, the bucket a local folder; a model is pushed."""
-    sandbox = Sandbox(tmp_path)
-    result = sandbox.run(pages.block(*IR_TRY_IT), timeout=1200)
-    assert result.returncode == 0, explain(result)
-    pushed = sandbox.tmp / "ir" / "gcs" / "bucket" / "tfx" / "serving_model"
-    assert [v for v in pushed.iterdir() if v.name.isdigit()], result.stdout[-3000:]

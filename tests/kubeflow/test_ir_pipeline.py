@@ -6,13 +6,19 @@ Penguins (the user-CSV variant, so that a file can be added under data_root): a 
 executes every task and pushes a model; an unchanged rerun is a cache hit for every component
 (only the uncached ExampleGen driver runs); a file added under data_root reruns ExampleGen and
 everything downstream, and the Evaluator compares the new model against the first one. Digits
-(the image pipeline) end to end as well."""
+(the image pipeline) end to end as well.
+
+The cold run is docs/kubeflow.md's "Try it" block, run as the page shows it (compile, then
+`python -m tests.kubeflow.ir_runner`): the page's commands and the cold run were two runs of the
+same compiled pipeline through the IR runner (tests/docs/test_doc_commands.py ran the page's);
+one run serves both. The packaged-penguins variant (no --data_root) runs end to end on Kubeflow
+Pipelines itself: tests/kubeflow/test_local_cluster_kfp.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 
 import pytest
 import tensorflow_model_analysis as tfma
@@ -20,8 +26,9 @@ import yaml
 
 from kubeflow import run_kubeflow
 from kubeflow.config import IMAGE_DIGITS_DIR, IMAGE_PROJECT_DIR, IMAGE_SITE_PACKAGES
-from pipeline import datasets
 from pipeline.datasets import images as image_data
+from tests.docs import pages
+from tests.docs.pages import Sandbox, explain
 from tests.kubeflow import ir_runner
 from tests.pipeline_components import CSV_COMPONENTS
 
@@ -37,6 +44,11 @@ STOCK_TFX_COMMAND = [
     "-m",
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
 ]
+# docs/kubeflow.md's "Try it": the penguins as user CSV in a folder standing for gs://bucket,
+# compiled, then every task through the IR runner's command line.
+TRY_IT_PAGE = "docs/kubeflow.md"
+TRY_IT = "python -m tests.kubeflow.ir_runner"
+REPORTED = re.compile(r"(\S+) +(EXECUTED|CACHED) +(\d+\.\d) s")
 
 
 def _site_packages() -> str:
@@ -84,24 +96,62 @@ def served_versions(directory) -> list[str]:
     return sorted(os.listdir(directory / "gcs" / "bucket" / "tfx" / "serving_model"))
 
 
+def reported_run(stdout: str, state_dir: str, package: str) -> ir_runner.RunResult:
+    """The run the command line reported (its last lines: a line per task, name, state and
+    seconds, then the run's id and total; the compile's lines come before them), each task's
+    outputs as the runner recorded them in its store (what MLMD holds in KFP): its execution's
+    artifacts and output parameters, an importer's one artifact."""
+    *lines, last = stdout.splitlines()
+    run = re.fullmatch(r"run (\w+): (\d+\.\d) s", last)
+    assert run, stdout[-3000:]
+    reported = []
+    while lines and (match := REPORTED.fullmatch(lines[-1])):
+        reported.insert(0, match)
+        lines.pop()
+    assert reported, stdout[-3000:]
+    with open(os.path.join(state_dir, "store.json")) as handle:
+        store = json.load(handle)
+    artifacts = {record["id"]: record for record in store["artifacts"]}
+    executions = {execution["task"]: execution for execution in store["executions"]}
+    spec, _ = ir_runner.load(package)
+    tasks = {}
+    for match in reported:
+        name, state, seconds = match.group(1), match.group(2), float(match.group(3))
+        if name in executions:
+            execution = executions[name]
+            outputs = {k: artifacts[v] for k, v in execution["outputs"].items()}
+            fingerprint, parameters = execution["fingerprint"], execution["output_parameters"]
+        else:  # an importer: no execution, its one artifact
+            reference = spec["root"]["dag"]["tasks"][name]["componentRef"]["name"]
+            component = spec["components"][reference]
+            [output] = component["outputDefinitions"]["artifacts"]
+            [record] = [r for r in store["artifacts"] if r["producer"] == name]
+            outputs, fingerprint, parameters = {output: record}, None, {}
+        tasks[name] = ir_runner.TaskResult(name, state, seconds, fingerprint, outputs, parameters)
+    return ir_runner.RunResult(run.group(1), tasks, float(run.group(2)))
+
+
 @pytest.fixture(scope="module")
 def penguin_runs(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("ir-penguins")
-    data = directory / "gcs" / "bucket" / "penguins"
-    data.mkdir(parents=True)
-    shutil.copy(os.path.join(datasets.penguins_data_root(), "penguins.csv"), data)
-    package = compile_package(directory, "--data_root=gs://bucket/penguins", "--label=species")
-    cold = make_runner(directory, package, {}).run()
+    sandbox = Sandbox(tmp_path_factory.mktemp("ir-penguins"))
+    # The page's cold run: its compile, then its IR runner command, the folders under /tmp/ir.
+    result = sandbox.run(pages.block(TRY_IT_PAGE, TRY_IT), timeout=1200)
+    assert result.returncode == 0, explain(result)
+    directory = sandbox.tmp / "ir"
+    package = str(directory / "penguins.yaml")
+    cold = reported_run(result.stdout, str(directory / "state"), package)
     versions_after_cold = served_versions(directory)
     # Every run is a fresh runner on the same store, as every KFP run is a fresh workflow.
     unchanged = make_runner(directory, package, {}).run()
     versions_after_unchanged = served_versions(directory)
+    data = directory / "gcs" / "bucket" / "penguins"
     with open(data / "penguins.csv") as source:
         lines = source.read().splitlines()
     (data / "more-penguins.csv").write_text("\n".join([lines[0], *lines[1:80]]) + "\n")
     added = make_runner(directory, package, {}).run()
     return {
         "directory": directory,
+        "package": package,
         "runner": make_runner(directory, package, {}),
         "cold": cold,
         "unchanged": unchanged,
@@ -112,10 +162,13 @@ def penguin_runs(tmp_path_factory):
 
 
 def test_cold_run_executes_every_task_and_pushes_a_model(penguin_runs):
+    """Also docs/kubeflow.md's "Try it" as the page says it: every task runs and a model is
+    pushed (a numbered version in the serving folder under the bucket)."""
     cold = penguin_runs["cold"]
     assert set(cold.tasks) == {*COMPONENTS, DRIVER}
     assert set(cold.states().values()) == {"EXECUTED"}
-    assert len(penguin_runs["versions_after_cold"]) == 1
+    [version] = penguin_runs["versions_after_cold"]
+    assert version.isdigit(), version
     pushed = cold.tasks["Pusher"].outputs["pushed_model"]["metadata"]
     assert pushed["pushed"] == 1
     assert cold.tasks["BaselineModel"].outputs["baseline_model"]["metadata"]["baseline_found"] == 0
@@ -180,7 +233,7 @@ def test_tfxs_stock_entry_point_fails_on_what_the_backend_sends(penguin_runs, tm
     StatisticsGen's command fails at the first hand-off, as tensorflow/tfx#7768 reports on a
     cluster (upstream tasks cached; only StatisticsGen runs)."""
     directory = penguin_runs["directory"]
-    with open(directory / "pipeline.yaml") as handle:
+    with open(penguin_runs["package"]) as handle:
         spec, platform = list(yaml.safe_load_all(handle))
     container = spec["deploymentSpec"]["executors"]["StatisticsGen_executor"]["container"]
     assert container["command"] == ["python", "-m", "kubeflow.run_executor"]
