@@ -46,6 +46,7 @@ from pipeline import (  # noqa: E402
     flags,
     launcher_flags,
     preflight,
+    tuning,
     user_code,
 )
 from pipeline.beam import runners as beam_runners  # noqa: E402
@@ -256,7 +257,9 @@ def build_configs(
         mount_path=args.mount_path,
     ).validate()
     training = flags.training_config(args, dataset)
-    if args.launcher in (TFJobConfig.KIND, TrainJobConfig.KIND) and training.needs_cluster:
+    if args.launcher in (TFJobConfig.KIND, TrainJobConfig.KIND) and (
+        training.needs_cluster or tuning.parallel(args)
+    ):
         training = dataclasses.replace(
             training,
             launcher=kubeflow.kubernetes_job(
