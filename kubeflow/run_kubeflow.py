@@ -301,9 +301,11 @@ def build_configs(
             args.infer_data, dataset, compiler.local_path(dataset.schema_path)
         )
         config = dataclasses.replace(config, inference=rows).validate()
-    if user_code.choice_from_args(args).given:
+    if user_code.choice_from_args(args).given or args.tune:
         # The same checks as a local run, on this machine's copy of the schema; a user's run_fn
-        # on users' data (rows not known here) needs --train_steps and --eval_steps.
+        # on users' data (rows not known here) needs --train_steps and --eval_steps. --tune's
+        # settings are decided there too (without it a --tune with the built-in model compiled
+        # no Tuner).
         choice = flags.dataset_choice(args)
         config = flags.with_user_code(
             config,
