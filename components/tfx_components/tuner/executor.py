@@ -161,9 +161,7 @@ class Executor(base_executor.BaseExecutor):
         logging.info("Tuner result: %s", result)
 
 
-def _record(
-    output_dict, result: dict, workers: int, restarts: int | None, launcher: str
-) -> None:
+def _record(output_dict, result: dict, workers: int, restarts: int | None, launcher: str) -> None:
     """restarts None: a launcher's job, whose operator restarts pods (its progress lines say)."""
     for artifact in output_dict[standard_component_specs.BEST_HYPERPARAMETERS_KEY]:
         artifact.set_int_custom_property(TRIALS_PROPERTY, int(result["trials"]))
