@@ -43,13 +43,16 @@ from kubeflow.config import (
     KubeflowConfig,
     Resources,
 )
-from pipeline import datasets, fingerprints, flags
+from pipeline import datasets, fingerprints, flags, tuning
 from pipeline.config import ConfigError, DatasetConfig, PipelineConfig
 
 TRAINER_ID = "Trainer"
 # --tune: TFX's Tuner, a task of its own; its trials train the Trainer's model, so it gets the
-# Trainer's image and resources, and its parallel workers (--tune_workers) are processes in its
-# pod beside KerasTuner's oracle chief (components.tfx_components.tuner.distributed).
+# Trainer's image and resources. Its parallel workers (--tune_workers) are the replicas of a job
+# of the Trainer's launcher (--launcher tfjob|trainjob: worker 0 KerasTuner's oracle chief,
+# components.training.tuner_job), the Tuner's pod following it with the watcher's resources, or
+# with --launcher local processes in its pod beside the chief
+# (components.tfx_components.tuner.distributed).
 TUNER_ID = "Tuner"
 # The container command of every TFX task (TFX's compiler adds the args): the project's entry
 # point, TFX's kubeflow_v2_run_executor with each input's TFX type restored from the compiled
@@ -255,6 +258,10 @@ def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConf
             continue  # a node without a pod (an importer, say)
         if component.id == TUNER_ID:
             resources = kubeflow.trainer_resources
+            if tuning.job_launcher(config) is not None:
+                # Its workers and oracle chief are a job's pods (--tune_workers with the
+                # Trainer's TFJob or TrainJob launcher); the Tuner's pod only follows them.
+                resources = kubeflow.watcher_resources
         elif component.id == TRAINER_ID:
             resources = kubeflow.trainer_resources
             if not trains_in_trainer_pod(config):

@@ -46,6 +46,7 @@ from pipeline import (  # noqa: E402
     flags,
     launcher_flags,
     preflight,
+    tuning,
     user_code,
 )
 from pipeline.beam import runners as beam_runners  # noqa: E402
@@ -256,7 +257,9 @@ def build_configs(
         mount_path=args.mount_path,
     ).validate()
     training = flags.training_config(args, dataset)
-    if args.launcher in (TFJobConfig.KIND, TrainJobConfig.KIND) and training.needs_cluster:
+    if args.launcher in (TFJobConfig.KIND, TrainJobConfig.KIND) and (
+        training.needs_cluster or tuning.parallel(args)
+    ):
         training = dataclasses.replace(
             training,
             launcher=kubeflow.kubernetes_job(
@@ -298,9 +301,11 @@ def build_configs(
             args.infer_data, dataset, compiler.local_path(dataset.schema_path)
         )
         config = dataclasses.replace(config, inference=rows).validate()
-    if user_code.choice_from_args(args).given:
+    if user_code.choice_from_args(args).given or args.tune:
         # The same checks as a local run, on this machine's copy of the schema; a user's run_fn
-        # on users' data (rows not known here) needs --train_steps and --eval_steps.
+        # on users' data (rows not known here) needs --train_steps and --eval_steps. --tune's
+        # settings are decided there too (without it a --tune with the built-in model compiled
+        # no Tuner).
         choice = flags.dataset_choice(args)
         config = flags.with_user_code(
             config,

@@ -33,6 +33,7 @@ from pipeline import (  # noqa: E402
     inference,
     launcher_flags,
     preflight,
+    tuning,
     user_code,
 )
 from pipeline.beam import clusters as beam_clusters  # noqa: E402
@@ -109,9 +110,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _training(args: argparse.Namespace, dataset) -> TrainingConfig:
     """The training flags; a multi-worker strategy with --launcher tfjob/trainjob trains on the
-    cluster of --kubeconfig."""
+    cluster of --kubeconfig, and --tune_workers N runs the Tuner's workers there."""
     training = flags.training_config(args, dataset)
-    if args.launcher == "local" or not training.needs_cluster:
+    if args.launcher == "local" or not (training.needs_cluster or tuning.parallel(args)):
         return training
     launcher = launcher_flags.cluster_job(args, training, args.output_root)
     return dataclasses.replace(training, launcher=launcher)

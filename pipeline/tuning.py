@@ -4,7 +4,8 @@
     --max_trials N         trials (default: from the data, see tune_config)
     --tune_steps N         training steps per trial (default: from the data)
     --tune_workers N       trials in parallel: KerasTuner's distributed mode, one oracle chief
-                           and N tuner worker processes
+                           and N tuner worker processes, or with --launcher tfjob|trainjob the
+                           N + 1 workers of a job of the Trainer's launcher
 
 With a module whose tuner_fn (TFX's contract) is found, that tuner runs (its own max_trials
 unless --max_trials is given) and a user's run_fn gets the best point as fn_args.hyperparameters.
@@ -21,6 +22,7 @@ from typing import Any
 
 from components import ConfigError
 from components.training import search_space
+from components.training import settings as settings_lib
 
 # Defaults from the data: trials and steps per trial grow with the rows up to these bounds.
 MIN_TRIALS, MAX_TRIALS = 3, 10
@@ -87,7 +89,9 @@ def add_flags(parser) -> None:
         type=int,
         default=1,
         help="trials in parallel: KerasTuner's distributed mode with one oracle chief and N "
-        "tuner worker processes (a killed worker is restarted; finished trials are kept)",
+        "tuner worker processes (a killed worker is restarted; finished trials are kept); with "
+        "--launcher tfjob|trainjob they are the N + 1 workers of a job on the cluster, worker 0 "
+        "the oracle chief",
     )
 
 
@@ -149,7 +153,7 @@ def tune_config(args, *, rows: int | None, train_fraction: float, training, imag
     ).validate()
 
 
-def describe(tuning: TuneConfig, user) -> list[str]:
+def describe(tuning: TuneConfig, user, launcher_kind: str = "") -> list[str]:
     """Start-of-run lines: which tuner, the space, trials and steps and where they came from."""
     if not tuning.enabled:
         return []
@@ -168,7 +172,26 @@ def describe(tuning: TuneConfig, user) -> list[str]:
         if tuning.workers > 1
         else "in the Tuner's process"
     )
+    if tuning.workers > 1 and launcher_kind:
+        workers += f", as the {tuning.workers + 1} workers of a {launcher_kind} job"
     return [f"Tuner: {what}", f"  {trials}, {steps}, {workers}"]
+
+
+def parallel(args) -> bool:
+    """--tune with --tune_workers > 1: the runners give the Trainer's launcher settings to the
+    Tuner too (a TFJob or a TrainJob runs its workers)."""
+    return bool(getattr(args, "tune", False)) and (getattr(args, "tune_workers", 1) or 1) > 1
+
+
+def job_launcher(config):
+    """The Trainer's TFJob or TrainJob settings when the Tuner's workers run as its job (None:
+    processes beside the oracle chief, in the Tuner's process or pod)."""
+    from components.training.settings import LocalLauncherConfig
+
+    launcher = config.training.launcher
+    if config.tuning.workers <= 1 or isinstance(launcher, LocalLauncherConfig):
+        return None
+    return launcher
 
 
 def tuner_component(config, examples, transform, schema):
@@ -197,6 +220,10 @@ def tuner_component(config, examples, transform, schema):
         "workers": tuning.workers,
         "max_restarts": tuning.max_restarts,
     }
+    launcher = job_launcher(config)
+    if launcher is not None:
+        # The parallel workers as a job of the Trainer's launcher (components.training.tuner_job).
+        custom_config[executor.TUNING_CONFIG_KEY]["launcher"] = settings_lib.to_dict(launcher)
     return ProjectTuner(
         examples=examples,
         schema=schema,

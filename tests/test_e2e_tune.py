@@ -246,3 +246,91 @@ def test_two_tuner_workers_survive_a_killed_worker(tmp_path):
     assert re.search(
         r"tuning:\s+6 trial\(s\), 300 step\(s\) each, 2 workers \(1 restarted\)", stdout
     )
+
+
+def _tuner_execution(output_root) -> dict:
+    """The built-in run's Tuner execution in its store: its exec properties (as TFX recorded
+    them) and its input artifacts' types and URIs."""
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    [path] = glob.glob(os.path.join(output_root, "*", "metadata.sqlite"))
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.sqlite.filename_uri = path
+    connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    store = metadata_store.MetadataStore(connection)
+    types = {t.id: t.name for t in store.get_execution_types()}
+    [execution] = [e for e in store.get_executions() if types[e.type_id].endswith("ProjectTuner")]
+    properties = {
+        key: value.string_value
+        for key, value in execution.custom_properties.items()
+        if key in ("custom_config", "tuner_fn", "train_args", "eval_args")
+    }
+    events = store.get_events_by_execution_ids([execution.id])
+    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
+    inputs = {
+        event.path.steps[0].key: artifacts[event.artifact_id].uri
+        for event in events
+        if event.type == event.INPUT
+    }
+    return {"exec_properties": properties, "inputs": inputs}
+
+
+def test_launcher_path_runs_the_search_as_a_jobs_workers(built_in, tmp_path):
+    """What --tune_workers 2 with --launcher tfjob|trainjob runs, with the Trainer's local
+    launcher in the operator's place: the Tuner's executor hands the search to the launcher as
+    a 3-worker multi_worker_mirrored cluster of run_task processes (each with the TF_CONFIG a
+    TFJob gives its pods); worker 0 serves KerasTuner's oracle on its cluster port, workers 1
+    and 2 are tuners 0 and 1. On the built-in run's Transform output: 4 trials, all completed
+    and kept in the TunerResults output (the search folder the job's pods share), TFX's best
+    point written by the chief and recorded with the launcher on the artifact."""
+    from tfx.dsl.components.base import base_executor
+    from tfx.types import standard_artifacts
+
+    from components.tfx_components.tuner import executor
+
+    sandbox, first = built_in
+    assert first.returncode == 0, pages.explain(first)
+    found = _tuner_execution(sandbox.output_root)
+    kinds = {
+        "examples": standard_artifacts.Examples,
+        "schema": standard_artifacts.Schema,
+        "transform_graph": standard_artifacts.TransformGraph,
+    }
+    inputs = {}
+    for key, uri in found["inputs"].items():
+        artifact = kinds[key]()
+        artifact.uri = uri
+        if key == "examples":
+            artifact.split_names = json.dumps(["train", "eval"])
+        inputs[key] = [artifact]
+    best = standard_artifacts.HyperParameters()
+    best.uri = str(tmp_path / "best_hyperparameters")
+    results = standard_artifacts.TunerResults()
+    results.uri = str(tmp_path / "tuner_results")
+    for artifact in (best, results):
+        os.makedirs(artifact.uri)
+    properties = dict(found["exec_properties"])
+    custom_config = json.loads(properties["custom_config"])
+    custom_config["tuning"] = {
+        "max_trials": 4, "workers": 2, "max_restarts": 0, "launcher": {"kind": "local"},
+    }  # fmt: skip
+    properties["custom_config"] = json.dumps(custom_config)
+    context = base_executor.BaseExecutor.Context(tmp_dir=str(tmp_path / "tmp"), unique_id="1")
+    executor.Executor(context).Do(
+        inputs, {"best_hyperparameters": [best], "tuner_results": [results]}, properties
+    )
+    search = os.path.join(results.uri, executor.SEARCH_DIR)
+    assert not os.path.exists(tmp_path / "tmp" / executor.SEARCH_DIR)
+    assert _trial_states(search) == ["COMPLETED"] * 4
+    with open(os.path.join(best.uri, "best_hyperparameters.txt")) as handle:
+        point = json.load(handle)["values"]
+    assert set(point) == {"width", "depth", "learning_rate", "dropout"}
+    with open(os.path.join(results.uri, "tuner_results.json")) as handle:
+        scores = json.load(handle)
+    assert len(scores) == 4
+    assert best.get_int_custom_property("trials") == 4
+    assert best.get_string_custom_property("tune_launcher") == "local"
+    assert best.get_float_custom_property("best_score") == pytest.approx(
+        min(t["score"] for t in scores), rel=1e-5
+    )

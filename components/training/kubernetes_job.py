@@ -78,12 +78,13 @@ DEADLINE_CHECK_ANNOTATION = "tfx-scaleout.io/deadline-check"
 def job_name(task) -> str:
     """Stable per Trainer execution (its model run directory): a retried Trainer pod finds the
     job it created instead of starting a second one."""
-    return job_name_for(task.model_run_dir)
+    return job_name_for(task.model_run_dir, getattr(task, "JOB_PREFIX", "tfx-train"))
 
 
-def job_name_for(model_run_dir: str) -> str:
+def job_name_for(model_run_dir: str, prefix: str = "tfx-train") -> str:
+    """prefix: tfx-train, or tfx-tune for the Tuner's job (components.training.tuner_job)."""
     digest = hashlib.sha1(model_run_dir.encode()).hexdigest()[:12]
-    return f"tfx-train-{digest}"
+    return f"{prefix}-{digest}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,13 +104,18 @@ class TrainTask:
 
 
 def load_task(path: str):
-    """The task a cluster process runs: a TrainTask, or a user run_fn's RunFnTask."""
+    """The task a cluster process runs: a TrainTask, a user run_fn's RunFnTask, or a replica of
+    the Tuner's job (components.training.tuner_job)."""
     with tf.io.gfile.GFile(path) as handle:
         values = json.loads(handle.read())
     if "run_fn" in values:
         from components.training.run_fn_task import RunFnTask
 
         return RunFnTask.from_dict(values)
+    if "tuner_task" in values:  # a replica of the Tuner's job (--tune_workers on a launcher)
+        from components.training.tuner_job import TunerJobTask
+
+        return TunerJobTask.from_dict(values)
     return settings_lib.from_dict(TrainTask, values)
 
 

@@ -1,6 +1,7 @@
 """Entry point of one training task process: `python -m components.training.run_task --task FILE`.
 
-Reads the TrainTask JSON (or a user run_fn's RunFnTask) and this process's role from TF_CONFIG
+Reads the TrainTask JSON (or a user run_fn's RunFnTask, or a replica's of the Tuner's job:
+components.training.tuner_job) and this process's role from TF_CONFIG
 (set by the launcher: the local one, or the Kubeflow Training Operator in a pod; in a Kubeflow
 Trainer v2 JobSet pod it is computed here from the JobSet's indexes,
 components.training.tf_config). Workers and parameter
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging()
 
     from components.training import loop as training
-    from components.training import strategies
+    from components.training import strategies, tuner_job
+    from components.training.tuner_job import TunerJobTask
 
     task = training.load_task(args.task)
     if task.settings.cpu_devices > 1:
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if isinstance(task, training.TrainTask):
             result = training.train(task)
+        elif isinstance(task, TunerJobTask):  # KerasTuner's chief or a tuner worker
+            result = tuner_job.run(task)
         else:  # a user's run_fn (components.training.run_fn_task)
             from components.training import run_fn_task
 

@@ -40,7 +40,9 @@ def print_start(
         out.write(f"  Your code: {line}\n")
     from pipeline import tuning
 
-    for line in tuning.describe(config.tuning, config.user_code):
+    launcher = tuning.job_launcher(config)
+    kind = type(launcher).KIND if launcher is not None else ""
+    for line in tuning.describe(config.tuning, config.user_code, kind):
         out.write(f"  {line}\n")
     out.flush()
 
@@ -162,6 +164,8 @@ def describe_tuning(tuning: dict, config: config_lib.PipelineConfig) -> str:
     )
     if tuning.get("workers", 1) > 1:
         steps += f", {tuning['workers']} workers"
+        if tuning.get("launcher") not in (None, "", "processes"):
+            steps += f" (a {tuning['launcher']} job)"
         if tuning.get("restarts"):
             steps += f" ({tuning['restarts']} restarted)"
     score = tuning.get("best_score")

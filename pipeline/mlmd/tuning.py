@@ -35,7 +35,9 @@ def describe(artifact) -> dict:
         "best_score": records.custom_value(artifact, "best_score"),
         "objective": records.custom_value(artifact, "objective"),
         "workers": records.custom_value(artifact, "tune_workers") or 1,
-        "restarts": records.custom_value(artifact, "worker_restarts") or 0,
+        # None: the workers were a launcher's job, whose operator restarts pods.
+        "restarts": records.custom_value(artifact, "worker_restarts"),
+        "launcher": records.custom_value(artifact, "tune_launcher") or "",
     }
 
 
@@ -70,11 +72,19 @@ def print_tuning(name: str, section: dict, out) -> None:
     out.write(f"run {name}: Tuner {section['uri']}\n")
     score = section.get("best_score")
     out.write(
-        f"  trials: {section.get('trials')}, workers: {section.get('workers')}, restarted: "
-        f"{section.get('restarts')}; best {section.get('objective')}: "
+        f"  trials: {section.get('trials')}, workers: {section.get('workers')}"
+        f"{_where(section)}; best {section.get('objective')}: "
         f"{'none' if score is None else f'{score:.4f}'}\n"
     )
     for key, value in sorted(section["best"].items()):
         out.write(f"  best {key}: {value}\n")
     if section.get("trainer_settings"):
         out.write(f"  the Trainer trained with: {json.dumps(section['trainer_settings'])}\n")
+
+
+def _where(section: dict) -> str:
+    """Where the workers ran and how often one was restarted."""
+    launcher = section.get("launcher") or ""
+    if launcher in ("", "processes"):
+        return f"{f' ({launcher})' if launcher else ''}, restarted: {section.get('restarts') or 0}"
+    return f" (a {launcher} job: its operator's restarts are in the run's log)"

@@ -1,6 +1,7 @@
 """--tune compiled for Kubeflow: TFX's Tuner as a task of its own (the project's executor, the
 Trainer's image and resources, its settings and the built-in search space in its custom_config)
-whose best_hyperparameters the Trainer's task takes as its hyperparameters input."""
+whose best_hyperparameters the Trainer's task takes as its hyperparameters input; with the
+TFJob launcher (Kubeflow's default) its parallel workers are a job of that launcher."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ TUNER_EXECUTOR = "components.tfx_components.tuner.executor.Executor"
 
 
 def test_tuner_is_a_task_feeding_the_trainer(tmp_path_factory):
+    """--launcher local: the Tuner's workers are processes in its pod, which gets the Trainer's
+    resources."""
     spec, platform, _ = _compile(
         tmp_path_factory,
         "tune",
@@ -23,6 +26,7 @@ def test_tuner_is_a_task_feeding_the_trainer(tmp_path_factory):
         "--tune_workers=2",
         "--max_trials=4",
         "--tune_steps=20",
+        "--launcher=local",
         '--custom_config={"tune_space": {"width": [8, 16]}}',
     )
     tasks = spec.root.dag.tasks
@@ -55,3 +59,26 @@ def test_tuner_is_a_task_feeding_the_trainer(tmp_path_factory):
         "executors"
     ]
     assert spec.components["Tuner"].executor_label in executors
+
+
+def test_tuner_workers_use_the_trainers_tfjob_launcher(tmp_path_factory):
+    """Kubeflow's default launcher (tfjob) with --tune_workers 2: the Tuner's custom_config
+    carries the TFJob settings the Trainer would use (the GPU image, the workers' GPUs), and the
+    Tuner's pod only follows the job: the watcher's small CPU-only request, as a Trainer whose
+    launcher trains has."""
+    spec, _, _ = _compile(
+        tmp_path_factory, "tune-tfjob", "--gpus=1", "--tune", "--tune_workers=2", "--max_trials=4"
+    )
+    config = json.loads(_task_parameter(spec, "Tuner", "custom_config"))
+    launcher = config["tuning"]["launcher"]
+    assert launcher["kind"] == "tfjob" and launcher["image"] == GPU_IMAGE
+    assert launcher["worker"]["gpus"] == 1
+    tuner = _container(spec, "Tuner").resources
+    assert tuner.accelerator.count == 0 and tuner.cpu_limit < 2
+    # The Trainer (a single-worker strategy) still trains in its own pod, with its GPU.
+    assert _container(spec, "Trainer").resources.accelerator.count == 1
+    # Without --tune_workers the Tuner searches in its pod: no launcher.
+    spec, _, _ = _compile(tmp_path_factory, "tune-one", "--gpus=1", "--tune", "--max_trials=4")
+    config = json.loads(_task_parameter(spec, "Tuner", "custom_config"))
+    assert "launcher" not in config["tuning"]
+    assert _container(spec, "Tuner").resources.accelerator.count == 1

@@ -135,7 +135,19 @@ def _records(pattern: str) -> int:
     return sum(1 for _ in tf.data.TFRecordDataset(glob.glob(pattern), compression_type="GZIP"))
 
 
+# --tune, small: the Tuner's task runs after Transform in the GPU image's place (the same image
+# here), its two workers processes in its container beside KerasTuner's oracle chief.
+TUNE_FLAGS = [
+    "--tune",
+    "--max_trials=2",
+    "--tune_steps=5",
+    "--tune_workers=2",
+    "--launcher=local",
+]
+
+
 def test_penguin_pipeline_up_to_transform_runs_in_the_image(image, tmp_path):
+    """...and the Tuner after it (--tune): the search in the image, its best point written."""
     package = str(tmp_path / "pipeline.yaml")
     argv = [
         "compile",
@@ -143,6 +155,7 @@ def test_penguin_pipeline_up_to_transform_runs_in_the_image(image, tmp_path):
         f"--image={IR_IMAGE}",
         f"--gpu_image={IR_GPU_IMAGE}",
         f"--output={package}",
+        *TUNE_FLAGS,
     ]
     assert run_kubeflow.main(argv) == 0
     with open(package) as handle:
@@ -157,15 +170,30 @@ def test_penguin_pipeline_up_to_transform_runs_in_the_image(image, tmp_path):
         str(tmp_path / "state"),
         stores={"gs://bucket": str(bucket)},
         container=ir_runner.ContainerRun(
-            images={IR_IMAGE: image}, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+            images={IR_IMAGE: image, IR_GPU_IMAGE: image}, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
         ),
         timeout=900,
     )
     started = time.monotonic()
-    result = runner.run(until={"Transform"})
+    result = runner.run(until={"Transform", "Tuner"})
     tasks = ", ".join(f"{name} {task.seconds:.0f} s" for name, task in result.tasks.items())
-    print(f"\nup to Transform in the image: {time.monotonic() - started:.0f} s ({tasks})")
-    assert result.states() == {name: "EXECUTED" for name in UP_TO_TRANSFORM}
+    elapsed = time.monotonic() - started
+    print(f"\nup to Transform and the Tuner in the image: {elapsed:.0f} s ({tasks})")
+    assert result.states() == {name: "EXECUTED" for name in UP_TO_TRANSFORM | {"Tuner"}}
+
+    # The Tuner: 2 trials by 2 worker processes and the oracle chief in its container, the best
+    # point of the built-in search written as TFX's best_hyperparameters, every trial scored.
+    best = result.tasks["Tuner"].outputs["best_hyperparameters"]
+    assert best["metadata"]["trials"] == 2 and best["metadata"]["tune_workers"] == 2
+    assert best["metadata"]["tune_launcher"] == "processes"
+    with open(os.path.join(runner.local(best["uri"]), "best_hyperparameters.txt")) as handle:
+        point = json.load(handle)["values"]
+    assert set(point) == {"width", "depth", "learning_rate", "dropout"}
+    scores = runner.local(result.tasks["Tuner"].outputs["tuner_results"]["uri"])
+    with open(os.path.join(scores, "tuner_results.json")) as handle:
+        trials = json.load(handle)
+    assert len(trials) == 2
+    assert best["metadata"]["best_score"] == pytest.approx(min(t["score"] for t in trials))
 
     # ExampleGen's executor output, read back by the runner: the metadata it wrote.
     examples = result.tasks["CsvExampleGen"].outputs["examples"]

@@ -319,6 +319,62 @@ def test_training_runs_in_pods_and_matches_local_processes(
     )
 
 
+def test_the_tuners_workers_are_a_tfjob_and_the_trainer_uses_the_best_point(local_cluster):
+    """--tune --tune_workers 2 --launcher tfjob: the Tuner's search runs as a TFJob of 3 worker
+    pods (worker 0 KerasTuner's oracle chief, workers 1-2 the tuners dialing it by its host
+    name), the trials finished in the Tuner's output on the shared folder, and the Trainer (in
+    the run's process: a single-worker strategy) trains the best point. Small: 3 trials of 5
+    steps, one epoch."""
+    output_root = os.path.join(local_cluster.shared, "tune-tfjob")
+    result = _run_local(
+        "--tune",
+        "--tune_workers",
+        "2",
+        "--max_trials",
+        "3",
+        "--tune_steps",
+        "5",
+        "--epochs",
+        "1",
+        "--launcher",
+        "tfjob",
+        "--kubeconfig",
+        local_cluster.kubeconfig,
+        "--output_root",
+        output_root,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    assert (
+        "2 tuner workers and an oracle chief (KerasTuner distributed), as the 3 workers of a "
+        "tfjob job" in output
+    )
+    job = re.search(r"TFJob default/(tfx-tune-\w+) created", output)
+    assert job, output[-4000:]
+    assert re.search(rf"TFJob {job.group(1)}: Succeeded", output), output[-4000:]
+    # The trials, finished, in the Tuner's TunerResults output (the pods wrote them there).
+    states = []
+    for path in glob.glob(
+        os.path.join(output_root, "*", "pipeline_root", "Tuner", "tuner_results", "*", "search",
+                     "**", "trial.json"),
+        recursive=True,
+    ):  # fmt: skip
+        with open(path) as handle:
+            states.append(json.load(handle)["status"])
+    assert states == ["COMPLETED"] * 3, states
+    tuning = subprocess.run(
+        [sys.executable, "-m", "pipeline.mlmd", "--output_root", output_root, "tuning", "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    tuned = json.loads(tuning)
+    assert tuned["trials"] == 3 and tuned["launcher"] == "tfjob" and tuned["workers"] == 2
+    width, depth = tuned["best"]["width"], tuned["best"]["depth"]
+    units = [max(1, width >> i) for i in range(depth)]
+    assert f"training with the Tuner's best point: hidden units {units}" in output
+    assert tuned["trainer_settings"]["hidden_units"] == units
+    assert re.search(r"tuning:\s+3 trial\(s\), 5 step\(s\) each, 2 workers \(a tfjob job\)", output)
+
+
 def _container_pids(pod: dict) -> list[int]:
     """The processes of a pod's training container, from the cgroup the kubelet made for it
     (cgroupfs driver: .../kubepods/<qos>/pod<uid>/<container id>)."""

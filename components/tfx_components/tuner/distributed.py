@@ -1,6 +1,7 @@
 """KerasTuner's distributed mode on one machine (or in the Tuner's pod), which TFX's Tuner offers
 on Vertex AI only: one oracle chief process and N tuner worker processes, all running the same
-tuner_fn on the same working directory.
+tuner_fn on the same working directory. With the Trainer's TFJob or TrainJob launcher the same
+processes are the replicas of a job instead (run_on_launcher, components.training.tuner_job).
 
     python -m components.tfx_components.tuner.distributed TASK_FILE
 
@@ -55,13 +56,18 @@ class TunerTask:
     max_trials: int | None
 
     def save(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(dataclasses.asdict(self), handle)
+        import tensorflow as tf
+
+        # tf.io.gfile: the task of a launcher's job lives on storage its pods share (gs://).
+        with tf.io.gfile.GFile(path, "w") as handle:
+            handle.write(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
     def load(cls, path: str) -> TunerTask:
-        with open(path, encoding="utf-8") as handle:
-            return cls(**json.load(handle))
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path) as handle:
+            return cls(**json.loads(handle.read()))
 
 
 def free_port() -> int:
@@ -182,9 +188,27 @@ def run(
 ) -> dict[str, Any]:
     """Runs the search; returns the chief's summary (trials, best_score, objective,
     best_values) and restarts: the workers started again."""
+    os.makedirs(working_dir, exist_ok=True)
+    task_path = _save_task(input_dict, output_dict, exec_properties, working_dir, max_trials)
+    processes = _start_chief(task_path, working_dir)
+    progress_log.info(
+        "oracle chief on %s:%d, %d tuner worker(s)", ORACLE_IP, processes.port, workers
+    )
+    restarts = {f"tuner{i}": 0 for i in range(workers)}
+    try:
+        for tuner_id in restarts:
+            processes.start(tuner_id)
+        _watch(processes, restarts, max_restarts)
+    finally:
+        processes.stop_all()
+    result = _read_summary(working_dir)
+    result["restarts"] = sum(restarts.values())
+    return result
+
+
+def _save_task(input_dict, output_dict, exec_properties, working_dir: str, max_trials) -> str:
     from tfx.types import artifact_utils
 
-    os.makedirs(working_dir, exist_ok=True)
     task_path = os.path.join(working_dir, TASK_FILE)
     TunerTask(
         input_dict=artifact_utils.jsonify_artifact_dict(input_dict),
@@ -199,20 +223,59 @@ def run(
         working_dir=working_dir,
         max_trials=max_trials,
     ).save(task_path)
-    processes = _start_chief(task_path, working_dir)
-    progress_log.info(
-        "oracle chief on %s:%d, %d tuner worker(s)", ORACLE_IP, processes.port, workers
+    return task_path
+
+
+def _read_summary(working_dir: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    path = os.path.join(working_dir, SUMMARY_FILE)
+    if not tf.io.gfile.exists(path):
+        raise RuntimeError(
+            f"the tuner's oracle chief ended without writing {path}: its search did not finish"
+        )
+    with tf.io.gfile.GFile(path) as handle:
+        return json.loads(handle.read())
+
+
+def run_on_launcher(
+    input_dict,
+    output_dict,
+    exec_properties: dict[str, Any],
+    working_dir: str,
+    *,
+    workers: int,
+    max_trials: int | None,
+    launcher: dict[str, Any],
+    max_restarts: int,
+) -> dict[str, Any]:
+    """The search as a job of the Trainer's launcher (`launcher`: its settings, kind tfjob or
+    trainjob; components.training.tuner_job): worker 0 of the job is the oracle chief, workers
+    1..N the tuners. The launcher creates the job, reports its pods while it waits, and fails
+    with a failed pod's reason and last lines; working_dir must be storage the job's pods share
+    (the Tuner's output). Returns the chief's summary; restarts: None (the operator restarts
+    pods, which the launcher's progress lines report)."""
+    import tensorflow as tf
+
+    from components.training import cluster, launchers, tuner_job
+
+    tf.io.gfile.makedirs(working_dir)
+    task_path = _save_task(input_dict, output_dict, exec_properties, working_dir, max_trials)
+    settings = tuner_job.job_settings(launcher, workers, max_restarts)
+    task = tuner_job.TunerJobTask(
+        tuner_task=task_path, model_run_dir=working_dir, settings=settings
     )
-    restarts = {f"tuner{i}": 0 for i in range(workers)}
-    try:
-        for tuner_id in restarts:
-            processes.start(tuner_id)
-        _watch(processes, restarts, max_restarts)
-    finally:
-        processes.stop_all()
-    with open(os.path.join(working_dir, SUMMARY_FILE), encoding="utf-8") as handle:
-        result = json.load(handle)
-    result["restarts"] = sum(restarts.values())
+    progress_log.info(
+        "oracle chief and %d tuner worker(s) as the %d workers of a %s job (worker 0 serves the "
+        "oracle; search in %s)",
+        workers,
+        workers + 1,
+        type(settings.launcher).KIND,
+        working_dir,
+    )
+    launchers.create(settings).run(cluster.ClusterSpec.for_task(task), task)
+    result = _read_summary(working_dir)
+    result["restarts"] = None
     return result
 
 
@@ -269,10 +332,12 @@ def main(task_path: str) -> int:
     if os.environ.get("KERASTUNER_TUNER_ID") == CHIEF:
         output_dict = artifact_utils.parse_artifact_dict(task.output_dict)
         tfx_tuner_executor.write_best_hyperparameters(tuner, output_dict)
+        import tensorflow as tf
+
         path = os.path.join(task.working_dir, SUMMARY_FILE)
-        with open(path + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(executor.summary(tuner), handle)
-        os.replace(path + ".tmp", path)
+        with tf.io.gfile.GFile(path + ".tmp", "w") as handle:
+            handle.write(json.dumps(executor.summary(tuner)))
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
     return 0
 
 

@@ -8,7 +8,10 @@ fails the test (what it adds, its defaults, is fine)."""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 
 import pytest
 import yaml
@@ -249,3 +252,159 @@ def test_the_servers_rules_refuse_what_the_crds_forbid(kube):
     assert trainjob.first_difference(tf_job, stored) == (
         ".spec.tfReplicaSpecs.Worker.template.spec.gpu: missing (expected 1)"
     )
+
+
+def _succeed(kube, api_version: str, kind: str, name: str, namespace: str) -> None:
+    """What the operator does when the job's pods are done: its status says so."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    job = kube.get(api_version, kind, name, namespace)
+    succeeded = "Succeeded" if kind == "TFJob" else "Complete"
+    job["status"] = {
+        "conditions": [
+            {
+                "type": succeeded,
+                "status": "True",
+                "reason": "JobSucceeded",
+                "message": "every worker exited 0",
+                "lastTransitionTime": now,
+                "lastUpdateTime": now,
+            }
+        ]
+    }
+    if kind == "TrainJob":
+        for condition in job["status"]["conditions"]:
+            condition.pop("lastUpdateTime")
+    path = kube.resource_path(api_version, kind, namespace)
+    kube.request("PUT", f"{path}/{name}/status", job)
+
+
+@pytest.mark.system_packages("etcd-server")
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["TFJob", "TrainJob"])
+def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, tmp_path):
+    """--tune --tune_workers 2 with --launcher tfjob|trainjob: the Tuner's executor path
+    (distributed.run_on_launcher) goes through the Trainer's launcher (a kubeconfig, as
+    run_local.py gives it) and creates a job of 3 workers on the API server, each pod running
+    run_task on the search's TunerJobTask; every replica's KerasTuner role follows from the
+    TF_CONFIG that job gives it (worker 0 the oracle chief on all its addresses, workers 1 and 2
+    tuners 0 and 1 dialing worker 0's host name); the launcher waits until the job succeeds
+    (its status set here as the operator would, once the chief's summary is written) and the
+    search's result is the chief's summary."""
+    from tfx.types import standard_artifacts
+
+    from components.tfx_components.tuner import distributed
+    from components.training import loop, tf_config, tuner_job
+    from components.training import settings as settings_lib
+
+    namespace = _namespace(kube, f"tuner-{kind.lower()}")
+    kubeconfig = kube.write_kubeconfig(str(tmp_path / "kubeconfig"), kube.admin_token, namespace)
+    shared = dict(
+        image=IMAGE,
+        namespace=namespace,
+        kubeconfig=kubeconfig,
+        worker=Resources(cpu=0.5, memory_gb=1, gpus=0),
+        poll_seconds=0.2,
+        delete_policy="never",
+    )
+    settings = TFJobConfig(**shared) if kind == "TFJob" else TrainJobConfig(**shared)
+    spec = cluster.ClusterSpec("multi_worker_mirrored", workers=3)
+    if kind == "TrainJob":  # what a platform team applies once (run_kubeflow.py manifests)
+        create_as_sent(kube, trainjob.runtime_manifest(spec, settings, namespace), namespace)
+    inputs = {
+        "examples": standard_artifacts.Examples(),
+        "schema": standard_artifacts.Schema(),
+        "transform_graph": standard_artifacts.TransformGraph(),
+    }
+    outputs = {
+        "best_hyperparameters": standard_artifacts.HyperParameters(),
+        "tuner_results": standard_artifacts.TunerResults(),
+    }
+    for key, artifact in {**inputs, **outputs}.items():
+        artifact.uri = str(tmp_path / key)
+    working_dir = str(tmp_path / "tuner_results" / "search")
+    name = kubernetes_job.job_name_for(working_dir, tuner_job.TunerJobTask.JOB_PREFIX)
+    summary = {"trials": 4, "best_score": 0.25, "objective": "val_loss", "best_values": {"a": 1}}
+    api_version = (
+        f"{tfjob.GROUP}/{tfjob.VERSION}"
+        if kind == "TFJob"
+        else (f"{trainjob.GROUP}/{trainjob.VERSION}")
+    )
+    seen: dict = {}
+
+    def operator() -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                seen["job"] = kube.get(api_version, kind, name, namespace)
+                break
+            except ApiException as error:
+                assert error.status == 404, error
+                time.sleep(0.1)
+        else:
+            return
+        with open(os.path.join(working_dir, distributed.SUMMARY_FILE), "w") as handle:
+            json.dump(summary, handle)
+        _succeed(kube, api_version, kind, name, namespace)
+
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    result = distributed.run_on_launcher(
+        {key: [artifact] for key, artifact in inputs.items()},
+        {key: [artifact] for key, artifact in outputs.items()},
+        {"tuner_fn": "components.training.tuning.tuner_fn", "custom_config": "{}"},
+        working_dir,
+        workers=2,
+        max_trials=4,
+        launcher=settings_lib.to_dict(settings),
+        max_restarts=1,
+    )
+    thread.join(timeout=5)
+    assert result == {**summary, "restarts": None}
+    job = seen["job"]
+    assert job["metadata"]["name"].startswith("tfx-tune-")
+    task_uri = os.path.join(working_dir, kind.lower(), "task.json")
+    if kind == "TFJob":
+        [replicas] = job["spec"]["tfReplicaSpecs"].values()
+        assert list(job["spec"]["tfReplicaSpecs"]) == ["Worker"] and replicas["replicas"] == 3
+        [container] = replicas["template"]["spec"]["containers"]
+        assert container["command"] == cluster.pod_command(task_uri)
+        # As the Training Operator sets it in each pod (its headless service per replica).
+        hosts = [f"{name}-worker-{i}.{namespace}.svc:2222" for i in range(3)]
+        configs = [
+            {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}} for i in range(3)
+        ]
+    else:
+        assert job["spec"]["trainer"]["numNodes"] == 3
+        assert job["spec"]["runtimeRef"]["name"] == trainjob.runtime_name(spec, settings)
+        configs = [
+            json.loads(
+                tf_config.from_environ(
+                    {
+                        tf_config.ENV_JOBSET_NAME: name,
+                        tf_config.ENV_REPLICATED_JOB: "node",
+                        tf_config.ENV_JOB_INDEX: "0",
+                        tf_config.ENV_COMPLETION_INDEX: str(i),
+                    },
+                    spec,
+                )
+            )
+            for i in range(3)
+        ]
+        hosts = configs[0]["cluster"]["worker"]
+    task = loop.load_task(task_uri)
+    assert isinstance(task, tuner_job.TunerJobTask)
+    assert task.settings.workers == 3 and task.settings.launcher == settings
+    searched = distributed.TunerTask.load(task.tuner_task)
+    assert searched.working_dir == working_dir and searched.max_trials == 4
+    assert str(tmp_path / "examples") in searched.input_dict
+    chief_host, _, port = hosts[0].rpartition(":")
+    assert [tuner_job.role(config) for config in configs] == [
+        {"KERASTUNER_TUNER_ID": "chief", "KERASTUNER_ORACLE_IP": "0.0.0.0",
+         "KERASTUNER_ORACLE_PORT": port},
+        {"KERASTUNER_TUNER_ID": "tuner0", "KERASTUNER_ORACLE_IP": chief_host,
+         "KERASTUNER_ORACLE_PORT": port},
+        {"KERASTUNER_TUNER_ID": "tuner1", "KERASTUNER_ORACLE_IP": chief_host,
+         "KERASTUNER_ORACLE_PORT": port},
+    ]  # fmt: skip
