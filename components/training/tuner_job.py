@@ -12,7 +12,7 @@ its cluster port on every address of its pod; worker i (i >= 1) is tuner i-1 and
 replica the operator restarts (a killed pod) comes back as the same tuner, and the oracle gives
 it back its unfinished trial; finished trials stay with the chief.
 
-Every replica reads the search's TunerTask (components.tfx_components.tuner.distributed) from
+Every replica reads the search's TunerTask (components.tfx_components.tuner.search) from
 shared storage; the chief writes TFX's best_hyperparameters and tuner_results and the search's
 summary there, and the Tuner's executor reads them back once the job succeeded.
 """
@@ -100,12 +100,12 @@ def role(tf_config: dict) -> dict[str, str]:
 
 def run(task: TunerJobTask) -> dict:
     """One replica: the oracle chief until every trial is done, or a tuner worker until the
-    oracle stops it (components.tfx_components.tuner.distributed.main)."""
+    oracle stops it (components.tfx_components.tuner.search.main)."""
     from components import KERAS_ENV
-    from components.tfx_components.tuner import distributed
+    from components.tfx_components.tuner import search
 
     env = role(json.loads(os.environ.get("TF_CONFIG") or "{}"))
     os.environ.update(KERAS_ENV)
     os.environ.update(env)
-    distributed.main(task.tuner_task)
+    search.main(task.tuner_task)
     return {"tuner_id": env[TUNER_ID_ENV]}

@@ -18,7 +18,6 @@ best_hyperparameters and tuner_results files and a summary, and every process ha
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging as std_logging
 import os
@@ -30,44 +29,17 @@ import time
 from typing import Any
 
 from components import KERAS_ENV, PROGRESS_LOGGER
+from components.tfx_components.tuner.search import CHIEF, SUMMARY_FILE, TunerTask, main
 
 progress_log = std_logging.getLogger(PROGRESS_LOGGER)
-CHIEF = "chief"
 ORACLE_IP = "127.0.0.1"
 TASK_FILE = "tuner_task.json"
 # {tuner id: pid} of the running processes, rewritten at every (re)start: for a reader (and the
 # test that kills a worker).
 PIDS_FILE = "tuner_processes.json"
-SUMMARY_FILE = "chief_summary.json"
 POLL_SECONDS = 0.5
 CHIEF_LISTEN_SECONDS = 120
 PORT_ATTEMPTS = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class TunerTask:
-    """What every process of the search reads: TFX's artifact dicts as JSON, the exec
-    properties tuner_fn sees, the shared working directory and --max_trials."""
-
-    input_dict: str
-    output_dict: str
-    exec_properties: str
-    working_dir: str
-    max_trials: int | None
-
-    def save(self, path: str) -> None:
-        import tensorflow as tf
-
-        # tf.io.gfile: the task of a launcher's job lives on storage its pods share (gs://).
-        with tf.io.gfile.GFile(path, "w") as handle:
-            handle.write(json.dumps(dataclasses.asdict(self)))
-
-    @classmethod
-    def load(cls, path: str) -> TunerTask:
-        import tensorflow as tf
-
-        with tf.io.gfile.GFile(path) as handle:
-            return cls(**json.loads(handle.read()))
 
 
 def free_port() -> int:
@@ -313,32 +285,6 @@ def _watch(processes: _Processes, restarts: dict[str, int], max_restarts: int) -
                 new,
             )
         time.sleep(POLL_SECONDS)
-
-
-def main(task_path: str) -> int:
-    """One process of the search: the chief serves the oracle until every trial is done, then
-    writes TFX's output files and the summary; a worker runs trials until the oracle stops."""
-    from tfx.components.tuner import executor as tfx_tuner_executor
-    from tfx.types import artifact_utils
-
-    from components import user_code
-    from components.tfx_components.tuner import executor
-
-    task = TunerTask.load(task_path)
-    exec_properties = json.loads(task.exec_properties)
-    user_code.activate(user_code.from_exec_properties(exec_properties))
-    input_dict = artifact_utils.parse_artifact_dict(task.input_dict)
-    tuner = executor.search(input_dict, exec_properties, task.working_dir, task.max_trials)
-    if os.environ.get("KERASTUNER_TUNER_ID") == CHIEF:
-        output_dict = artifact_utils.parse_artifact_dict(task.output_dict)
-        tfx_tuner_executor.write_best_hyperparameters(tuner, output_dict)
-        import tensorflow as tf
-
-        path = os.path.join(task.working_dir, SUMMARY_FILE)
-        with tf.io.gfile.GFile(path + ".tmp", "w") as handle:
-            handle.write(json.dumps(executor.summary(tuner)))
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-    return 0
 
 
 if __name__ == "__main__":

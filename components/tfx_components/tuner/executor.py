@@ -21,12 +21,12 @@ import os
 from typing import Any
 
 from absl import logging
-from tfx.components.trainer import fn_args_utils
 from tfx.components.tuner import executor as tfx_tuner_executor
 from tfx.dsl.components.base import base_executor, executor_spec
 from tfx.types import standard_component_specs
 
 from components import PROGRESS_LOGGER, user_code
+from components.tfx_components.tuner.search import search, summary
 from components.training.settings import USER_CONFIG_KEY
 
 progress_log = std_logging.getLogger(PROGRESS_LOGGER)
@@ -49,10 +49,6 @@ LAUNCHER_PROPERTY = "tune_launcher"
 SEARCH_DIR = "search"
 
 
-class TunerFnError(ValueError):
-    """A tuner_fn that does not keep TFX's contract; the message names it."""
-
-
 def split_properties(exec_properties: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the exec properties tuner_fn sees, the runner's tuning settings): a user's tuner_fn gets
     the user's custom_config only, the project's its whole custom_config."""
@@ -61,47 +57,6 @@ def split_properties(exec_properties: dict[str, Any]) -> tuple[dict[str, Any], d
     if exec_properties.get("tuner_fn") != PROJECT_TUNER_FN:
         custom_config = custom_config.get(USER_CONFIG_KEY) or {}
     return dict(exec_properties, **{CUSTOM_CONFIG_KEY: json.dumps(custom_config)}), tuning
-
-
-def search(input_dict, exec_properties, working_dir: str, max_trials: int | None):
-    """TFX's search() (tfx.components.tuner.executor), with the result checked and
-    --max_trials applied before the search: the tuner, searched."""
-    tuner_fn = exec_properties["tuner_fn"]
-    fn_args = fn_args_utils.get_common_fn_args(input_dict, exec_properties, working_dir)
-    result = user_code.load_function(tuner_fn)(fn_args)
-    tuner = getattr(result, "tuner", None)
-    if tuner is None or not isinstance(getattr(result, "fit_kwargs", None), dict):
-        raise TunerFnError(
-            f"tuner_fn {tuner_fn} returned {type(result).__name__}; return "
-            "tfx.components.TunerFnResult(tuner=<a KerasTuner tuner>, fit_kwargs={...})"
-        )
-    if max_trials and hasattr(tuner.oracle, "max_trials"):
-        tuner.oracle.max_trials = max_trials
-    tuner.search(**result.fit_kwargs)
-    return tuner
-
-
-def completed_trials(tuner) -> list:
-    from keras_tuner.engine import trial as trial_module
-
-    return [
-        t
-        for t in tuner.oracle.trials.values()
-        if t.status == trial_module.TrialStatus.COMPLETED and t.score is not None
-    ]
-
-
-def summary(tuner) -> dict[str, Any]:
-    """What the artifact records: completed trials, the best score, the objective."""
-    done = completed_trials(tuner)
-    objective = tuner.oracle.objective
-    best = tuner.oracle.get_best_trials(1)
-    return {
-        "trials": len(done),
-        "best_score": float(best[0].score) if best and best[0].score is not None else None,
-        "objective": getattr(objective, "name", str(objective)),
-        "best_values": best[0].hyperparameters.values if best else {},
-    }
 
 
 class Executor(base_executor.BaseExecutor):
