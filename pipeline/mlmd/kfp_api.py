@@ -386,6 +386,11 @@ def _event(kind, artifact_id: int, key: str, execution_id: int) -> metadata_stor
     return event
 
 
+def run_ids(host: str, namespace: str | None = None, token: str | None = None) -> list[str]:
+    """The ids of the runs the KFP API at `host` lists (in `namespace`), oldest first."""
+    return [run.run_id for run, _ in KfpApi(host, namespace=namespace, token=token).runs()]
+
+
 def load(
     host: str, namespace: str | None = None, token: str | None = None
 ) -> metadata_store.MetadataStore:
