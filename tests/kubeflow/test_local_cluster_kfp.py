@@ -432,7 +432,7 @@ def test_a_second_run_of_the_same_file_is_served_from_kfps_cache(kfp_cluster, pe
     ).get("tasks", [])
     by_run: dict[str, list[str]] = {}
     for entry in entries:
-        by_run.setdefault(entry["run_id"], []).append(entry["fingerprint"])
+        by_run.setdefault(entry["runId"], []).append(entry["fingerprint"])
     assert len(by_run.get(penguin_run.run_id, [])) == len(PENGUIN_TASKS - UNCACHED_TASKS), by_run
     assert run_id not in by_run, by_run
     # MLMD: the same fingerprints, this run's executions CACHED.
@@ -475,7 +475,8 @@ def test_pipeline_mlmd_reads_the_run_from_the_api_server_and_mlmd(
     assert (row["status"], row["executed"], row["failed"]) == ("COMPLETE", 10, 0), row
     found = _mlmd_cli(*store, "--json", "artifacts", penguin_run.run_id, "--type", "Examples")
     assert found.returncode == 0, found.stderr
-    (examples,) = json.loads(found.stdout)
+    # ExampleGen's output (Transform's transformed examples are Examples too).
+    (examples,) = [a for a in json.loads(found.stdout) if "/CsvExampleGen/" in a["uri"]]
     traced = _mlmd_cli(*store, "lineage", str(examples["artifact"]))
     assert traced.returncode == 0, traced.stderr
     downstream = traced.stdout.split("downstream (to pushed models)", 1)[1]
@@ -487,6 +488,11 @@ def test_pipeline_mlmd_reads_the_run_from_the_api_server_and_mlmd(
     with open(page) as handle:
         html = handle.read()
     assert penguin_run.run_id in html and "PushedModel" in html
+    # The API server alone (KFP 2.14.3: its tasks are the Workflow's nodes, without artifacts).
+    alone = _mlmd_cli(f"--kfp_host={penguin_run.url}", "runs")
+    assert alone.returncode == 2 and "add --grpc_host HOST --grpc_port PORT" in alone.stderr, (
+        alone.stdout[-2000:] + alone.stderr
+    )
     print(f"pipeline.mlmd runs, artifacts, lineage, report: {time.monotonic() - started:.0f}s")
 
 

@@ -466,7 +466,21 @@ def test_the_runs_a_kfp_api_server_lists_with_their_mlmd_records(capsys, kfp_sto
     import http.server
     import threading
 
-    listed = {"runs": [{"run_id": RUN_2, "display_name": "second", "state": "FAILED"}]}
+    # As KFP 2.14.3 lists a run: its run_details are the Argo Workflow's nodes, no artifacts.
+    nodes = [
+        {"run_id": RUN_2, "task_id": "t1", "display_name": name, "state": "SUCCEEDED"}
+        for name in ("root-driver", "CsvExampleGen-driver", "CsvExampleGen", "executor")
+    ]
+    listed = {
+        "runs": [
+            {
+                "run_id": RUN_2,
+                "display_name": "second",
+                "state": "FAILED",
+                "run_details": {"task_details": nodes},
+            }
+        ]
+    }
 
     class Api(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -491,6 +505,11 @@ def test_the_runs_a_kfp_api_server_lists_with_their_mlmd_records(capsys, kfp_sto
         example_gen = kfp_store["second"]["executions"][0]
         executions = inspect_json(capsys, kfp_store["path"], "--kfp_host", host, "executions")
         assert example_gen in [e["execution"] for e in executions]
+        # The API server alone has no artifacts to show: one line says what to add.
+        assert inspect_mlmd.main(["--kfp_host", host, "runs"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: the KFP API at {host} lists its runs' tasks without")
+        assert "add --grpc_host HOST --grpc_port PORT" in err and err.count("\n") == 1
     finally:
         server.shutdown()
         server.server_close()
