@@ -34,6 +34,7 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED", "CANCELING")
 # `/apis/v1alpha1/runs/{run_id}/nodes/{pod name}/log` (apiserver/main.go:325: the pod's `main`
 # container, resource/resource_manager.go:988-1010), not through v2beta1.
 RUN_V1_PATH = "/apis/v1beta1/runs/{run_id}"
+EXECUTOR_NODE = "executor"  # argocompiler/container.go:373
 NODE_LOG_PATH = "/apis/v1alpha1/runs/{run_id}/nodes/{pod}/log"
 # Argo v3.6.7 workflow/util/pod_name.go:12-15: pod names are cut to 253 - 10 - 1 before the hash.
 POD_NAME_PREFIX_MAX = 253 - 10 - 1
@@ -290,7 +291,7 @@ def task_outcomes(workflow: dict) -> list[TaskOutcome]:
     for node in nodes.values():
         name = node.get("displayName") or ""
         children = [nodes.get(c) or {} for c in node.get("children") or []]
-        executor = next((c for c in children if c.get("displayName") == "executor"), None)
+        executor = next((c for c in children if c.get("displayName") == EXECUTOR_NODE), None)
         started = node.get("startedAt") or ""
         if executor is not None:
             phase = executor.get("phase") or ""
@@ -404,6 +405,10 @@ def wait(
         tasks = (run.run_details.task_details if run.run_details else None) or []
         for task in tasks:
             name, task_state = task.display_name or task.task_id, (task.state or "").upper()
+            if name == EXECUTOR_NODE:
+                # KFP 2.14.3's pod under each task's DAG node: every task's is named so; the
+                # task's own line (and its outcome at the end) says the same.
+                continue
             if name and task_state and reported.get(name) != task_state:
                 progress_log.info("  %s: %s", name, task_state)
                 reported[name] = task_state
