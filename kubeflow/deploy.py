@@ -356,11 +356,27 @@ def with_error_lines(
             path = NODE_LOG_PATH.format(
                 run_id=urllib.parse.quote(run_id), pod=urllib.parse.quote(outcome.pod)
             )
-            text = _get(connection, path)
-            line = error_line(text.decode(errors="replace")) if text else None
+            text = (_get(connection, path) or b"").decode(errors="replace")
+            line = error_line(text)
+            if line is None:
+                # The endpoint answers 200 and then writes its error as JSON (run_log_server.go:
+                # ReadRunLogV1 writes the header before reading the pod): say why.
+                line = f"no error line in its log ({_log_error(text) or 'empty'})"
             outcome = dataclasses.replace(outcome, error=line)
         done.append(outcome)
     return done
+
+
+def _log_error(text: str) -> str | None:
+    """The API server's error in a node log response, or the log's last line."""
+    start = text.find('{"error_message"')
+    if start >= 0:
+        try:
+            return str(json.loads(text[start:]).get("error_message"))
+        except ValueError:
+            pass
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"last line: {lines[-1][:300]}" if lines else None
 
 
 def describe_outcomes(outcomes: list[TaskOutcome]) -> list[str]:

@@ -383,7 +383,8 @@ def test_a_failed_run_names_each_failed_task_with_its_logs_error_line(kfp_server
     captured = capsys.readouterr()
     assert (
         "failed: CsvExampleGen: ValueError: row 11 of /data/penguins.csv is bad "
-        "(Error (exit code 1)); Pusher: driver: Error (exit code 2)"
+        "(Error (exit code 1)); Pusher: no error line in its log (empty) "
+        "(driver: Error (exit code 2))"
     ) in captured.err
     assert "tasks: 1 cached, 2 failed" in captured.out
     assert "  ImportSchemaGen: cached" in captured.out
