@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging as std_logging
 import os
+import re
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from typing import Any
 
 from components import PROGRESS_LOGGER, ConfigError
@@ -23,6 +28,21 @@ progress_log = std_logging.getLogger(PROGRESS_LOGGER)
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
 ENDPOINT_ENV = "KF_PIPELINES_ENDPOINT"
 FINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED", "CANCELING")
+# KFP 2.14.3 serves the run's Argo Workflow (its nodes: each task's driver pod, the executor DAG
+# node and its `executor` pod) only through the v1beta1 GetRun (backend/api/v1beta1/run.proto:75,
+# pipeline_runtime.workflow_manifest, server/api_converter.go:1568), and a pod's log through
+# `/apis/v1alpha1/runs/{run_id}/nodes/{pod name}/log` (apiserver/main.go:325: the pod's `main`
+# container, resource/resource_manager.go:988-1010), not through v2beta1.
+RUN_V1_PATH = "/apis/v1beta1/runs/{run_id}"
+EXECUTOR_NODE = "executor"  # argocompiler/container.go:373
+NODE_LOG_PATH = "/apis/v1alpha1/runs/{run_id}/nodes/{pod}/log"
+# Argo v3.6.7 workflow/util/pod_name.go:12-15: pod names are cut to 253 - 10 - 1 before the hash.
+POD_NAME_PREFIX_MAX = 253 - 10 - 1
+POD_NAME_VERSION_ANNOTATION = "workflows.argoproj.io/pod-name-format"
+# The error line of a task's log: a Python exception's last line, else a glog E/F line (the
+# launcher's and driver's own errors, "F1204 18:01:02.123456 1 main.go:52] failed to ...").
+PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit)(?::\s.*)?$")
+GLOG_ERROR = re.compile(r"^[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\] (.*)$")
 
 
 class DeployError(RuntimeError):
@@ -33,6 +53,7 @@ class DeployError(RuntimeError):
 class Connection:
     client: Any  # kfp.Client (kfp is read as untyped)
     endpoint: str
+    token: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +156,7 @@ def connect(endpoint: str | None, namespace: str | None = None, environ=os.envir
         raise DeployError(
             f"Kubeflow Pipelines endpoint {endpoint} is not healthy: {error}"
         ) from error
-    return Connection(client=client, endpoint=endpoint)
+    return Connection(client=client, endpoint=endpoint, token=token)
 
 
 def upload(
@@ -191,6 +212,188 @@ def start_run(
     return dataclasses.replace(deployment, run_id=run.run_id)
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskOutcome:
+    """One task of a finished run, from its Argo Workflow: `cached` (KFP's driver found a cache
+    entry and the executor pod was skipped), `ran` (the executor pod ran and succeeded), `failed`
+    (the driver or executor pod failed: Argo's message, the pod whose log says why), or the
+    executor node's phase in lower case (e.g. `running`, `not started`)."""
+
+    name: str
+    state: str
+    message: str = ""
+    pod: str | None = None
+    error: str | None = None  # the error line of the pod's log
+
+
+def _get(connection: Connection, path: str) -> bytes | None:
+    """One GET on the API server, None when it cannot answer it (404, a server without that
+    route, a network error): what it feeds is detail on top of the run's state."""
+    request = urllib.request.Request(connection.endpoint.rstrip("/") + path)
+    if connection.token:
+        request.add_header("Authorization", f"Bearer {connection.token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.read()
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        log.info("GET %s: %s", path, error)
+        return None
+
+
+def run_workflow(connection: Connection, run_id: str) -> dict | None:
+    """The run's Argo Workflow as the API server stored it (v1beta1 GetRun's
+    pipeline_runtime.workflow_manifest), None when the server does not serve it."""
+    body = _get(connection, RUN_V1_PATH.format(run_id=urllib.parse.quote(run_id)))
+    try:
+        manifest = json.loads(body or b"{}").get("pipeline_runtime", {}).get("workflow_manifest")
+        return json.loads(manifest) if manifest else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def pod_name(workflow: dict, node: dict) -> str:
+    """The pod of a Pod node, named as Argo v3.6.7 names it (workflow/util/pod_name.go:50-69:
+    v2 names `<workflow>-<template>-<fnv32a(node name)>`, v1 the node id)."""
+    metadata = workflow.get("metadata") or {}
+    workflow_name = metadata.get("name", "")
+    if (metadata.get("annotations") or {}).get(POD_NAME_VERSION_ANNOTATION) == "v1":
+        return node["id"]
+    if node.get("name") == workflow_name:
+        return workflow_name
+    template = node.get("templateName") or (node.get("templateRef") or {}).get("template", "")
+    prefix = f"{workflow_name}-{template}" if template else workflow_name
+    prefix = prefix[:POD_NAME_PREFIX_MAX]
+    digest = 0x811C9DC5  # FNV-1a, 32 bits (Go's hash/fnv New32a)
+    for byte in node.get("name", "").encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return f"{prefix}-{digest}"
+
+
+def task_outcomes(workflow: dict) -> list[TaskOutcome]:
+    """Each task of the run in start order. KFP 2.14.3 compiles a container task into a driver
+    pod `<task>-driver` and a DAG node `<task>` (template system-container-executor) whose one
+    child `executor` is the pod, run only `when` the driver's cached-decision is not true
+    (backend/src/v2/compiler/argocompiler/container.go:321-390): a Skipped `executor` is a cache
+    hit."""
+    nodes = (workflow.get("status") or {}).get("nodes") or {}
+    outcomes: list[tuple[str, TaskOutcome]] = []
+
+    def failed_pod(node: dict) -> dict | None:
+        """The failed Pod node at or under `node` (a retried executor has a Retry node)."""
+        if node.get("type") == "Pod":
+            return node if node.get("phase") in ("Failed", "Error") else None
+        for child in node.get("children") or []:
+            found = failed_pod(nodes.get(child) or {})
+            if found:
+                return found
+        return None
+
+    for node in nodes.values():
+        name = node.get("displayName") or ""
+        children = [nodes.get(c) or {} for c in node.get("children") or []]
+        executor = next((c for c in children if c.get("displayName") == EXECUTOR_NODE), None)
+        started = node.get("startedAt") or ""
+        if executor is not None:
+            phase = executor.get("phase") or ""
+            failed = failed_pod(executor)
+            if failed is not None:
+                outcome = TaskOutcome(
+                    name,
+                    "failed",
+                    failed.get("message") or phase,
+                    pod_name(workflow, failed),
+                )
+            elif phase == "Skipped":
+                outcome = TaskOutcome(name, "cached")
+            elif phase == "Succeeded":
+                outcome = TaskOutcome(name, "ran")
+            else:
+                outcome = TaskOutcome(name, (phase or "not started").lower())
+            outcomes.append((started, outcome))
+        elif (
+            name.endswith("-driver")
+            and node.get("type") == "Pod"
+            and node.get("phase") in ("Failed", "Error")
+        ):
+            task = name[: -len("-driver")]
+            message = f"driver: {node.get('message') or node.get('phase')}"
+            outcomes.append(
+                (started, TaskOutcome(task, "failed", message, pod_name(workflow, node)))
+            )
+    return [outcome for _, outcome in sorted(outcomes, key=lambda pair: pair[0])]
+
+
+def error_line(log_text: str, detail_lines: int = 5) -> str | None:
+    """What a task's log says about why it failed: the last Python exception line (the
+    executor's own error) with the indented lines that continue its message (ExampleGen lists
+    the rejected rows, file:line: reason, under it), else the last error line of KFP's launcher
+    or driver (glog E/F)."""
+    lines = [line.rstrip() for line in log_text.splitlines() if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        if PYTHON_ERROR.match(lines[index]):
+            more: list[str] = []
+            for line in lines[index + 1 :]:
+                if not line[:1].isspace() or len(more) == detail_lines:
+                    break
+                more.append(line.strip())
+            return "; ".join([lines[index], *more])
+    for line in reversed(lines):
+        match = GLOG_ERROR.match(line.strip())
+        if match:
+            return match.group(1)
+    return None
+
+
+def with_error_lines(
+    connection: Connection, run_id: str, outcomes: list[TaskOutcome]
+) -> list[TaskOutcome]:
+    """Failed tasks with the error line of their pod's log, read through the API server's node
+    log endpoint (while the pod exists: KFP deletes a finished run's Workflow, and with it its
+    pods, once the persistence agent has stored its final state)."""
+    done = []
+    for outcome in outcomes:
+        if outcome.state == "failed" and outcome.pod:
+            path = NODE_LOG_PATH.format(
+                run_id=urllib.parse.quote(run_id), pod=urllib.parse.quote(outcome.pod)
+            )
+            text = (_get(connection, path) or b"").decode(errors="replace")
+            line = error_line(text)
+            if line is None:
+                # The endpoint answers 200 and then writes its error as JSON (run_log_server.go:
+                # ReadRunLogV1 writes the header before reading the pod): say why.
+                line = f"no error line in its log ({_log_error(text) or 'empty'})"
+            outcome = dataclasses.replace(outcome, error=line)
+        done.append(outcome)
+    return done
+
+
+def _log_error(text: str) -> str | None:
+    """The API server's error in a node log response, or the log's last line."""
+    start = text.find('{"error_message"')
+    if start >= 0:
+        try:
+            return str(json.loads(text[start:]).get("error_message"))
+        except ValueError:
+            pass
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"last line: {lines[-1][:300]}" if lines else None
+
+
+def describe_outcomes(outcomes: list[TaskOutcome]) -> list[str]:
+    """`tasks: 9 cached, 1 ran`, then one line per task."""
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome.state] = counts.get(outcome.state, 0) + 1
+    lines = ["tasks: " + ", ".join(f"{n} {state}" for state, n in counts.items())]
+    for outcome in outcomes:
+        detail = ""
+        if outcome.state == "failed":
+            detail = f": {outcome.error}" if outcome.error else ""
+            detail += f" ({outcome.message})" if outcome.message else ""
+        lines.append(f"  {outcome.name}: {outcome.state}{detail}")
+    return lines
+
+
 def wait(
     connection: Connection,
     run_id: str,
@@ -199,8 +402,10 @@ def wait(
     sleep=time.sleep,
     clock=time.monotonic,
 ) -> str:
-    """Follows a run to its end, one progress line per change (run state, each task's state);
-    returns SUCCEEDED or raises DeployError naming the failed tasks."""
+    """Follows a run to its end, one progress line per change (run state, each task's state),
+    then each task's outcome (cached, ran, failed with its error line) when the server serves
+    the run's Workflow; returns SUCCEEDED or raises DeployError naming the failed tasks and
+    why."""
     client, endpoint = connection.client, connection.endpoint
     started = clock()
     reported: dict[str, str] = {}
@@ -216,13 +421,28 @@ def wait(
         tasks = (run.run_details.task_details if run.run_details else None) or []
         for task in tasks:
             name, task_state = task.display_name or task.task_id, (task.state or "").upper()
+            if name == EXECUTOR_NODE:
+                # KFP 2.14.3's pod under each task's DAG node: every task's is named so; the
+                # task's own line (and its outcome at the end) says the same.
+                continue
             if name and task_state and reported.get(name) != task_state:
                 progress_log.info("  %s: %s", name, task_state)
                 reported[name] = task_state
         if state in FINAL_STATES:
+            workflow = run_workflow(connection, run_id)
+            outcomes = task_outcomes(workflow) if workflow else []
+            if state != "SUCCEEDED":
+                outcomes = with_error_lines(connection, run_id, outcomes)
+            for line in describe_outcomes(outcomes) if outcomes else []:
+                progress_log.info("%s", line)
             if state == "SUCCEEDED":
                 return state
             failed = [
+                f"{o.name}: {o.error or o.message}"
+                + (f" ({o.message})" if o.error and o.message else "")
+                for o in outcomes
+                if o.state == "failed"
+            ] or [
                 f"{task.display_name}: {task.error.message}" if task.error else task.display_name
                 for task in tasks
                 if (task.state or "").upper() == "FAILED"

@@ -434,6 +434,9 @@ def _configure_logging() -> None:
     handler.setFormatter(logging.Formatter("%(message)s"))
     progress.addHandler(handler)
     progress.setLevel(logging.INFO)
+    # Not again through the root logger: kfp.Client's upload logs through the logging module's
+    # functions, which give the root logger a stderr handler (every progress line twice).
+    progress.propagate = False
 
 
 def main(argv: list[str] | None = None) -> int:

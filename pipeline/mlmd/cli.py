@@ -19,8 +19,10 @@ The store: --metadata FILE (SQLite), or --pipeline NAME under --output_root (def
 (--mysql_host/--mysql_port/--mysql_database; user and password from MLMD_MYSQL_USER and
 MLMD_MYSQL_PASSWORD, never from flags), or an MLMD gRPC server (--grpc_host/--grpc_port, e.g.
 Kubeflow's metadata-grpc-service), or, for Kubeflow Pipelines without MLMD, the KFP API server
-(--kfp_host URL, --kfp_namespace; bearer token from KFP_API_TOKEN; pipeline.mlmd.kfp_api). Only
-ml-metadata's public, read-only API is used.
+(--kfp_host URL, --kfp_namespace; bearer token from KFP_API_TOKEN; pipeline.mlmd.kfp_api). For
+Kubeflow Pipelines with MLMD (every 2.x release: its API server's tasks carry no artifacts),
+--kfp_host with --grpc_host (or --mysql_host, --metadata) reads MLMD's records of the runs the
+API server lists. Only ml-metadata's public, read-only API is used.
 
 Two record layouts are understood, and told apart by the types the store holds (--schema forces
 one): TFX's own orchestrators (LocalDagRunner: a `pipeline_run` context per run, a `node` context
@@ -143,7 +145,8 @@ def parse_args(argv):
         "--kfp_host",
         default=None,
         help="Kubeflow Pipelines API endpoint, e.g. http://localhost:8888 (KFP without MLMD: "
-        "runs, tasks and artifacts through its v2beta1 API; bearer token from KFP_API_TOKEN)",
+        "runs, tasks and artifacts through its v2beta1 API; with --grpc_host or --mysql_host, "
+        "KFP with MLMD: the records of the runs the API lists; bearer token from KFP_API_TOKEN)",
     )
     parser.add_argument(
         "--kfp_namespace", default=None, help="with --kfp_host: the profile namespace"
@@ -206,14 +209,13 @@ def parse_args(argv):
 
 
 def _open(args) -> records.Store:
-    named = [flag for flag in ("grpc_host", "mysql_host", "kfp_host") if getattr(args, flag)]
+    named = [flag for flag in ("grpc_host", "mysql_host") if getattr(args, flag)]
     if len(named) > 1:
         flags = " and ".join(f"--{flag}" for flag in named)
         raise InspectError(f"{flags} each name a store; pass one")
-    if args.kfp_host:
-        store = kfp_api.load(
-            args.kfp_host, namespace=args.kfp_namespace, token=os.environ.get("KFP_API_TOKEN")
-        )
+    token = os.environ.get("KFP_API_TOKEN")
+    if args.kfp_host and not named and not args.metadata:
+        store = kfp_api.load(args.kfp_host, namespace=args.kfp_namespace, token=token)
         return records.Store(store, schema=records.KFP_SCHEMA, pipeline=args.pipeline)
     if args.grpc_host:
         config = connection.grpc_config(args.grpc_host, args.grpc_port)
@@ -222,6 +224,16 @@ def _open(args) -> records.Store:
     else:
         config = connection.sqlite_config(
             args.metadata or connection.find_sqlite(args.output_root, args.pipeline)
+        )
+    if args.kfp_host:
+        # Kubeflow Pipelines with ML Metadata (every 2.x release): the records are MLMD's, the
+        # runs those the API server lists (a deleted run's records stay in MLMD).
+        run_ids = kfp_api.run_ids(args.kfp_host, namespace=args.kfp_namespace, token=token)
+        return records.Store(
+            connection.connect(config),
+            schema=records.KFP_SCHEMA,
+            pipeline=args.pipeline,
+            run_names=frozenset(run_ids),
         )
     return records.Store(connection.connect(config), schema=args.schema, pipeline=args.pipeline)
 

@@ -95,6 +95,8 @@ class KfpApi:
         configuration = kfp_server_api.Configuration(host=self.host)
         configuration.retries = False  # one attempt: an unreachable server fails at once
         self.client = kfp_server_api.ApiClient(configuration)
+        # Tasks read from runs' run_details (servers before the KEP).
+        self.run_details_tasks = 0
         if token:
             self.client.set_default_header("Authorization", f"Bearer {token}")
 
@@ -163,7 +165,9 @@ class KfpApi:
         listed = list(self.pages(TASKS_PATH, "tasks", run_id=run_raw["run_id"]))
         if listed:
             return listed
-        return (run_raw.get("run_details") or {}).get("task_details") or []
+        details = (run_raw.get("run_details") or {}).get("task_details") or []
+        self.run_details_tasks += len(details)
+        return details
 
     @functools.cache  # noqa: B019 (one client per command)
     def artifact(self, artifact_id: str) -> dict:
@@ -386,6 +390,11 @@ def _event(kind, artifact_id: int, key: str, execution_id: int) -> metadata_stor
     return event
 
 
+def run_ids(host: str, namespace: str | None = None, token: str | None = None) -> list[str]:
+    """The ids of the runs the KFP API at `host` lists (in `namespace`), oldest first."""
+    return [run.run_id for run, _ in KfpApi(host, namespace=namespace, token=token).runs()]
+
+
 def load(
     host: str, namespace: str | None = None, token: str | None = None
 ) -> metadata_store.MetadataStore:
@@ -395,4 +404,13 @@ def load(
     writer = _Writer(api)
     for run, raw in api.runs():
         writer.add_run(run, raw)
+    if api.run_details_tasks and not writer.artifact_ids:
+        # KFP 2.x before the KEP (e.g. 2.14.3): its run_details are the Argo Workflow's nodes
+        # (apiserver/server/api_converter.go:1637-1647 toModelTask: name, state, times, no
+        # artifacts); the artifacts are in its ML Metadata.
+        raise InspectError(
+            f"the KFP API at {host} lists its runs' tasks without their artifacts (Kubeflow "
+            "Pipelines with ML Metadata records them there): add --grpc_host HOST --grpc_port "
+            "PORT of its metadata-grpc-service to read them"
+        )
     return writer.store

@@ -90,6 +90,9 @@ class Store:
     schema: str = "auto"
     # KFP_SCHEMA only: the runs of this pipeline (a Kubeflow store holds every pipeline's runs).
     pipeline: str | None = None
+    # KFP_SCHEMA only: the runs (KFP run ids, the run contexts' names) to show, e.g. those the
+    # KFP API server lists; None: every run in the store.
+    run_names: frozenset[str] | None = None
 
     def __post_init__(self):
         if self.schema == "auto":
@@ -135,6 +138,8 @@ class Store:
                     raise InspectError(f"no Kubeflow pipeline named {self.pipeline!r} in the store")
                 children = {c.id for c in self.store.get_children_contexts_by_context(pipeline.id)}
                 runs = [r for r in runs if r.id in children]
+            if self.run_names is not None:
+                runs = [r for r in runs if r.name in self.run_names]
         self._runs = sorted(runs, key=lambda c: c.id)
         return self._runs
 

@@ -31,6 +31,8 @@ class FakeKfp:
         self.runs: dict[str, dict] = {}
         self.run_states = ["PENDING", "RUNNING", "SUCCEEDED"]
         self.reject_upload: str | None = None
+        self.workflow: dict | None = None  # the run's Argo Workflow (v1beta1 GetRun)
+        self.logs: dict[str, str] = {}  # pod name -> its log (the node log endpoint)
 
     def handle(self, method: str, path: str, query: dict, body: bytes, headers) -> tuple[int, dict]:
         self.requests.append(
@@ -93,6 +95,13 @@ class FakeKfp:
             run_id = f"run-{len(self.runs) + 1}"
             self.runs[run_id] = run
             return 200, {**run, "run_id": run_id, "state": "PENDING"}
+        if method == "GET" and path.startswith("/apis/v1beta1/runs/") and self.workflow:
+            manifest = json.dumps(self.workflow)
+            return 200, {"run": {}, "pipeline_runtime": {"workflow_manifest": manifest}}
+        if method == "GET" and path.startswith("/apis/v1alpha1/runs/"):
+            pod = path.split("/nodes/", 1)[1].removesuffix("/log")
+            if pod in self.logs:
+                return 200, self.logs[pod].encode()
         if method == "GET" and path.startswith(f"{API}/runs/"):
             run_id = path.rsplit("/", 1)[-1]
             state = self.run_states.pop(0) if len(self.run_states) > 1 else self.run_states[0]
@@ -114,7 +123,7 @@ def _handler(fake: FakeKfp):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             status, payload = fake.handle(self.command, url.path, query, body, self.headers)
-            data = json.dumps(payload).encode()
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -260,3 +269,124 @@ def test_missing_endpoint_and_package(package, capsys, monkeypatch, tmp_path):
     missing = tmp_path / "none.yaml"
     assert run_kubeflow.main(["deploy", f"--package={missing}"]) == run_kubeflow.EXIT_BAD_INPUT
     assert "run `compile` first" in capsys.readouterr().err
+
+
+WORKFLOW = "penguins-x7k2q"
+
+
+def _node(node_id, name, display, node_type, phase, children=(), **extra) -> dict:
+    return {
+        "id": node_id,
+        "name": f"{WORKFLOW}.root.{name}",
+        "displayName": display,
+        "type": node_type,
+        "phase": phase,
+        "children": list(children),
+        **extra,
+    }
+
+
+def _penguin_workflow() -> dict:
+    """The nodes KFP 2.14.3's Argo compiler makes for three tasks (argocompiler/container.go:
+    `<task>-driver` pod, `<task>` DAG, its `executor` pod run unless the driver found a cache
+    entry): ImportSchemaGen served from the cache, CsvExampleGen failed in its executor, Pusher
+    failed in its driver."""
+    nodes = [
+        _node("n1", "ImportSchemaGen-driver", "ImportSchemaGen-driver", "Pod", "Succeeded"),
+        _node("n2", "ImportSchemaGen", "ImportSchemaGen", "DAG", "Succeeded", ["n3"]),
+        _node("n3", "ImportSchemaGen.executor", "executor", "Skipped", "Skipped"),
+        _node("n4", "CsvExampleGen-driver", "CsvExampleGen-driver", "Pod", "Succeeded"),
+        _node("n5", "CsvExampleGen", "CsvExampleGen", "DAG", "Failed", ["n6"]),
+        _node(
+            "n6",
+            "CsvExampleGen.executor",
+            "executor",
+            "Pod",
+            "Failed",
+            message="Error (exit code 1)",
+            templateName="system-container-impl",
+        ),
+        _node(
+            "n7",
+            "Pusher-driver",
+            "Pusher-driver",
+            "Pod",
+            "Error",
+            message="Error (exit code 2)",
+            templateName="system-container-driver",
+        ),
+    ]
+    for index, node in enumerate(nodes):
+        node["startedAt"] = f"2026-12-04T18:00:{index:02d}Z"
+    return {"metadata": {"name": WORKFLOW}, "status": {"nodes": {n["id"]: n for n in nodes}}}
+
+
+def test_pod_names_are_argos():
+    """Argo v3.6.7's v2 pod names (its workflow/util/pod_name_v2_test.go cases; the FNV-1a
+    sums computed with Go's hash/fnv)."""
+    node = {"id": "1", "name": "nodename", "templateName": "templatename"}
+    assert deploy.pod_name({"metadata": {"name": "wfname"}}, node) == (
+        "wfname-templatename-1454367246"
+    )
+    long_workflow, long_template = "w" * 130, "t" * 150
+    name = deploy.pod_name(
+        {"metadata": {"name": long_workflow}}, {**node, "templateName": long_template}
+    )
+    assert name == f"{long_workflow}-{long_template}"[:242] + "-1454367246"
+    v1 = {"metadata": {"name": "wfname", "annotations": {deploy.POD_NAME_VERSION_ANNOTATION: "v1"}}}
+    assert deploy.pod_name(v1, node) == "1"
+    executor = _penguin_workflow()["status"]["nodes"]["n6"]
+    assert deploy.pod_name(_penguin_workflow(), executor) == (
+        f"{WORKFLOW}-system-container-impl-3444939165"
+    )
+
+
+def test_task_outcomes_from_the_workflow():
+    outcomes = deploy.task_outcomes(_penguin_workflow())
+    assert [(o.name, o.state, o.message) for o in outcomes] == [
+        ("ImportSchemaGen", "cached", ""),
+        ("CsvExampleGen", "failed", "Error (exit code 1)"),
+        ("Pusher", "failed", "driver: Error (exit code 2)"),
+    ]
+    assert outcomes[1].pod == f"{WORKFLOW}-system-container-impl-3444939165"
+
+
+def test_the_error_line_of_a_log():
+    traceback = (
+        "INFO:absl:Running executor\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "components.tfx_components.example_gen.executor.TooManyRejectedRowsError: 1 of 344 CSV "
+        "row(s) rejected; all are listed in /minio/x.jsonl:\n"
+        "  /data/penguins.csv:11: column 'bill_length_mm': 'x' is not a float\n"
+        "F1204 18:01:02.123456      1 main.go:52] failed to execute component: exit status 1\n"
+    )
+    assert deploy.error_line(traceback) == (
+        "components.tfx_components.example_gen.executor.TooManyRejectedRowsError: 1 of 344 CSV "
+        "row(s) rejected; all are listed in /minio/x.jsonl:; "
+        "/data/penguins.csv:11: column 'bill_length_mm': 'x' is not a float"
+    )
+    launcher_only = "I1204 18:01:00.1 1 launcher.go:1] start\nF1204 18:01:02.1 1 main.go:52] boom\n"
+    assert deploy.error_line(launcher_only) == "boom"
+    assert deploy.error_line("just output\n") is None
+
+
+def test_a_failed_run_names_each_failed_task_with_its_logs_error_line(kfp_server, package, capsys):
+    fake, endpoint = kfp_server
+    fake.run_states = ["RUNNING", "FAILED"]
+    fake.workflow = _penguin_workflow()
+    fake.logs[f"{WORKFLOW}-system-container-impl-3444939165"] = (
+        "Traceback (most recent call last):\nValueError: row 11 of /data/penguins.csv is bad\n"
+    )
+    code = _deploy(endpoint, package, "--run", "--wait", "--poll=0.01")
+    assert code == run_kubeflow.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert (
+        "failed: CsvExampleGen: ValueError: row 11 of /data/penguins.csv is bad "
+        "(Error (exit code 1)); Pusher: no error line in its log (empty) "
+        "(driver: Error (exit code 2))"
+    ) in captured.err
+    assert "tasks: 1 cached, 2 failed" in captured.out
+    assert "  ImportSchemaGen: cached" in captured.out
+    log_reads = [r for r in fake.requests if r["path"].endswith("/log")]
+    assert {r["authorization"] for r in log_reads} == {f"Bearer {TOKEN}"}

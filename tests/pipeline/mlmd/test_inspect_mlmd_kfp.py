@@ -457,3 +457,60 @@ def test_grpc_and_mysql_exclude_each_other(capsys):
     args = ["--grpc_host", "localhost", "--mysql_host", "localhost", "runs"]
     assert inspect_mlmd.main(args) == 2
     assert "pass one" in capsys.readouterr().err
+
+
+def test_the_runs_a_kfp_api_server_lists_with_their_mlmd_records(capsys, kfp_store):
+    """--kfp_host with an MLMD store (Kubeflow Pipelines 2.x: the API server's tasks carry no
+    artifacts, MLMD has them): the runs are those the API server lists (a run deleted through
+    the API keeps its records in MLMD), read from the MLMD store."""
+    import http.server
+    import threading
+
+    # As KFP 2.14.3 lists a run: its run_details are the Argo Workflow's nodes, no artifacts.
+    nodes = [
+        {"run_id": RUN_2, "task_id": "t1", "display_name": name, "state": "SUCCEEDED"}
+        for name in ("root-driver", "CsvExampleGen-driver", "CsvExampleGen", "executor")
+    ]
+    listed = {
+        "runs": [
+            {
+                "run_id": RUN_2,
+                "display_name": "second",
+                "state": "FAILED",
+                "run_details": {"task_details": nodes},
+            }
+        ]
+    }
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            return
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            found = self.path.startswith("/apis/v2beta1/runs")
+            data = json.dumps(listed if found else {}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"http://127.0.0.1:{server.server_address[1]}"
+        rows = inspect_json(capsys, kfp_store["path"], "--kfp_host", host, "runs")
+        assert [(r["run"], r["status"], r["failed"]) for r in rows] == [(RUN_2, "FAILED", 1)]
+        example_gen = kfp_store["second"]["executions"][0]
+        executions = inspect_json(capsys, kfp_store["path"], "--kfp_host", host, "executions")
+        assert example_gen in [e["execution"] for e in executions]
+        # The API server alone has no artifacts to show: one line says what to add.
+        assert inspect_mlmd.main(["--kfp_host", host, "runs"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: the KFP API at {host} lists its runs' tasks without")
+        assert "add --grpc_host HOST --grpc_port PORT" in err and err.count("\n") == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -412,5 +412,5 @@ def test_unreachable_and_refusing_servers(kfp_api):
 
 
 def test_one_store_flag_at_a_time(kfp_api):
-    err = inspect(kfp_api, "--grpc_host", "localhost", "runs", code=2)
-    assert err == "error: --grpc_host and --kfp_host each name a store; pass one\n"
+    err = inspect(kfp_api, "--grpc_host", "localhost", "--mysql_host", "localhost", "runs", code=2)
+    assert err == "error: --grpc_host and --mysql_host each name a store; pass one\n"
