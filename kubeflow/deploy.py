@@ -36,6 +36,7 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED", "CANCELING")
 RUN_V1_PATH = "/apis/v1beta1/runs/{run_id}"
 EXECUTOR_NODE = "executor"  # argocompiler/container.go:373
 NODE_LOG_PATH = "/apis/v1alpha1/runs/{run_id}/nodes/{pod}/log"
+LOG_TAIL_LINES = 300  # of a failed pod's log read from Kubernetes
 # Argo v3.6.7 workflow/util/pod_name.go:12-15: pod names are cut to 253 - 10 - 1 before the hash.
 POD_NAME_PREFIX_MAX = 253 - 10 - 1
 POD_NAME_VERSION_ANNOTATION = "workflows.argoproj.io/pod-name-format"
@@ -54,6 +55,8 @@ class Connection:
     client: Any  # kfp.Client (kfp is read as untyped)
     endpoint: str
     token: str | None = None
+    # For failed tasks' logs when the API server cannot read them (with_error_lines).
+    kubeconfig: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,9 +142,19 @@ def _network_errors() -> tuple[type[Exception], ...]:
     return (kfp_server_api.ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
-def connect(endpoint: str | None, namespace: str | None = None, environ=os.environ) -> Connection:
-    """A kfp.Client for the endpoint, with the token from the environment when there is one."""
+def connect(
+    endpoint: str | None,
+    namespace: str | None = None,
+    environ=os.environ,
+    kubeconfig: str | None = None,
+) -> Connection:
+    """A kfp.Client for the endpoint, with the token from the environment when there is one;
+    the kubeconfig (the flag, else $KUBECONFIG) is kept for failed tasks' logs."""
     import kfp
+
+    kubeconfig = kubeconfig or environ.get("KUBECONFIG") or None
+    if kubeconfig and not os.path.isfile(kubeconfig.split(os.pathsep)[0]):
+        raise DeployError(f"--kubeconfig {kubeconfig}: no such file")
 
     endpoint = endpoint or environ.get(ENDPOINT_ENV)
     if not endpoint:
@@ -156,7 +169,7 @@ def connect(endpoint: str | None, namespace: str | None = None, environ=os.envir
         raise DeployError(
             f"Kubeflow Pipelines endpoint {endpoint} is not healthy: {error}"
         ) from error
-    return Connection(client=client, endpoint=endpoint, token=token)
+    return Connection(client=client, endpoint=endpoint, token=token, kubeconfig=kubeconfig)
 
 
 def upload(
@@ -345,11 +358,15 @@ def error_line(log_text: str, detail_lines: int = 5) -> str | None:
 
 
 def with_error_lines(
-    connection: Connection, run_id: str, outcomes: list[TaskOutcome]
+    connection: Connection, run_id: str, outcomes: list[TaskOutcome], namespace: str = ""
 ) -> list[TaskOutcome]:
-    """Failed tasks with the error line of their pod's log, read through the API server's node
-    log endpoint (while the pod exists: KFP deletes a finished run's Workflow, and with it its
-    pods, once the persistence agent has stored its final state)."""
+    """Failed tasks with the error line of their pod's `main` log: through the API server's node
+    log endpoint first, then, when that gives none and a kubeconfig is at hand, from Kubernetes.
+    KFP 2.14.3 in single-user mode reads the pod at cluster scope (resource_manager.go:964-999:
+    the namespace comes from the run's experiment, "" in single-user mode, :1913-1933) and its
+    API server's Role is namespaced (manifests base/pipeline/ml-pipeline-apiserver-role.yaml), so
+    there the endpoint answers 200 and then `forbidden ... at the cluster scope`; its fallback,
+    Argo's log archive, holds nothing for KFP's launcher pods of this install."""
     done = []
     for outcome in outcomes:
         if outcome.state == "failed" and outcome.pod:
@@ -361,10 +378,38 @@ def with_error_lines(
             if line is None:
                 # The endpoint answers 200 and then writes its error as JSON (run_log_server.go:
                 # ReadRunLogV1 writes the header before reading the pod): say why.
-                line = f"no error line in its log ({_log_error(text) or 'empty'})"
+                why = f"the API server: {_log_error(text) or 'empty'}"
+                if connection.kubeconfig and namespace:
+                    pod_log, problem = _kubernetes_pod_log(
+                        connection.kubeconfig, namespace, outcome.pod
+                    )
+                    line = error_line(pod_log)
+                    if line is None:
+                        why += f"; Kubernetes: {problem or 'no error line in the log'}"
+                elif not connection.kubeconfig:
+                    why += "; pass --kubeconfig (or set KUBECONFIG) to read it from Kubernetes"
+                if line is None:
+                    line = f"no error line in its log ({why})"
             outcome = dataclasses.replace(outcome, error=line)
         done.append(outcome)
     return done
+
+
+def _kubernetes_pod_log(kubeconfig: str, namespace: str, pod: str) -> tuple[str, str | None]:
+    """(the last lines of the pod's `main` container log, why there is none)."""
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    try:
+        api = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+        text = api.read_namespaced_pod_log(
+            pod, namespace, container="main", tail_lines=LOG_TAIL_LINES
+        )
+        return text or "", None
+    except ApiException as error:
+        return "", f"{error.status} {error.reason} reading pod {namespace}/{pod}"
+    except (OSError, ValueError, config.ConfigException) as error:
+        return "", f"{type(error).__name__}: {error}"
 
 
 def _log_error(text: str) -> str | None:
@@ -432,7 +477,8 @@ def wait(
             workflow = run_workflow(connection, run_id)
             outcomes = task_outcomes(workflow) if workflow else []
             if state != "SUCCEEDED":
-                outcomes = with_error_lines(connection, run_id, outcomes)
+                namespace = ((workflow or {}).get("metadata") or {}).get("namespace", "")
+                outcomes = with_error_lines(connection, run_id, outcomes, namespace)
             for line in describe_outcomes(outcomes) if outcomes else []:
                 progress_log.info("%s", line)
             if state == "SUCCEEDED":

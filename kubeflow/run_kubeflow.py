@@ -161,6 +161,12 @@ def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
         "--endpoint", default=None, help="Kubeflow Pipelines API (default: $KF_PIPELINES_ENDPOINT)"
     )
     parser.add_argument("--namespace", default=None, help="profile namespace (multi-user)")
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="with --wait: read failed tasks' pod logs from Kubernetes when the API server cannot "
+        "(KFP 2.x single-user reads them at cluster scope); default $KUBECONFIG",
+    )
     parser.add_argument("--pipeline_name", default=None, help="default: the name in the package")
     parser.add_argument("--version_name", default=None, help="default: v<UTC timestamp>")
     parser.add_argument("--run", action="store_true", help="start a run after the upload")
@@ -399,7 +405,7 @@ def run_deploy(args: argparse.Namespace, out) -> int:
 
         compiler.check_pipeline_root(args.run_pipeline_root, "--run_pipeline_root")
     version = args.version_name or deploy.default_version_name()
-    connection = deploy.connect(args.endpoint, args.namespace)
+    connection = deploy.connect(args.endpoint, args.namespace, kubeconfig=args.kubeconfig)
     deployment = deploy.upload(connection, args.package, name, version)
     out.write(f"pipeline {name}: id {deployment.pipeline_id}, version {deployment.version_id}\n")
     if not args.run:

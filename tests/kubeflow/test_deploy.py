@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import socket
 import threading
 import urllib.parse
@@ -33,6 +34,8 @@ class FakeKfp:
         self.reject_upload: str | None = None
         self.workflow: dict | None = None  # the run's Argo Workflow (v1beta1 GetRun)
         self.logs: dict[str, str] = {}  # pod name -> its log (the node log endpoint)
+        # (namespace, pod) -> its `main` log, served as Kubernetes serves pods/log.
+        self.kube_logs: dict[tuple[str, str], str] = {}
 
     def handle(self, method: str, path: str, query: dict, body: bytes, headers) -> tuple[int, dict]:
         self.requests.append(
@@ -102,6 +105,12 @@ class FakeKfp:
             pod = path.split("/nodes/", 1)[1].removesuffix("/log")
             if pod in self.logs:
                 return 200, self.logs[pod].encode()
+        kube_log = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path)
+        if method == "GET" and kube_log and query.get("container") == "main":
+            key = (kube_log.group(1), kube_log.group(2))
+            if key in self.kube_logs:
+                return 200, self.kube_logs[key].encode()
+            return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
         if method == "GET" and path.startswith(f"{API}/runs/"):
             run_id = path.rsplit("/", 1)[-1]
             state = self.run_states.pop(0) if len(self.run_states) > 1 else self.run_states[0]
@@ -383,10 +392,66 @@ def test_a_failed_run_names_each_failed_task_with_its_logs_error_line(kfp_server
     captured = capsys.readouterr()
     assert (
         "failed: CsvExampleGen: ValueError: row 11 of /data/penguins.csv is bad "
-        "(Error (exit code 1)); Pusher: no error line in its log (empty) "
-        "(driver: Error (exit code 2))"
+        "(Error (exit code 1)); Pusher: no error line in its log (the API server: empty; pass "
+        "--kubeconfig (or set KUBECONFIG) to read it from Kubernetes) (driver: Error (exit code 2))"
     ) in captured.err
     assert "tasks: 1 cached, 2 failed" in captured.out
     assert "  ImportSchemaGen: cached" in captured.out
     log_reads = [r for r in fake.requests if r["path"].endswith("/log")]
     assert {r["authorization"] for r in log_reads} == {f"Bearer {TOKEN}"}
+
+
+REJECTED = "components.tfx_components.example_gen.executor.TooManyRejectedRowsError"
+
+
+def test_a_failed_tasks_log_the_api_server_cannot_read_is_read_from_kubernetes(
+    kfp_server, package, capsys, tmp_path, monkeypatch
+):
+    """KFP 2.14.3 single-user reads a pod's log at cluster scope and its API server's Role is
+    namespaced: the node log endpoint answers 200, then its error. With --kubeconfig, deploy
+    reads the pod's `main` log in the Workflow's namespace from Kubernetes (the request shape the
+    kubernetes client sends: container=main), and says what each source answered when neither
+    has an error line."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    fake, endpoint = kfp_server
+    fake.run_states = ["FAILED"]
+    fake.workflow = _penguin_workflow()
+    fake.workflow["metadata"]["namespace"] = "kubeflow"
+    executor = f"{WORKFLOW}-system-container-impl-3444939165"
+    fake.logs[executor] = (
+        '{"error_message":"pods \\"x\\" is forbidden: cannot get resource \\"pods/log\\" '
+        'at the cluster scope"}'
+    )
+    fake.kube_logs[("kubeflow", executor)] = (
+        "I1204 launcher_v2.go:150] running\nTraceback (most recent call last):\n"
+        f"{REJECTED}: 1 of 344 rows rejected\n  /data/penguins.csv:11: not a float\n"
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: '{endpoint}'}}}}]\n"
+        "users: [{name: u, user: {token: kube-token}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    code = _deploy(
+        endpoint, package, "--run", "--wait", "--poll=0.01", f"--kubeconfig={kubeconfig}"
+    )
+    assert code == run_kubeflow.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert (
+        f"CsvExampleGen: {REJECTED}: 1 of 344 rows rejected; "
+        "/data/penguins.csv:11: not a float (Error (exit code 1))"
+    ) in err
+    # The driver pod's log is in neither: both answers are named.
+    assert (
+        "Pusher: no error line in its log (the API server: empty; Kubernetes: 404 Not Found "
+        f"reading pod kubeflow/{WORKFLOW}-system-container-driver-"
+    ) in err
+    kube_reads = [r for r in fake.requests if r["path"].startswith("/api/v1/")]
+    assert {r["authorization"] for r in kube_reads} == {"Bearer kube-token"}
+
+
+def test_a_kubeconfig_that_is_not_there_is_one_line(package, capsys, tmp_path):
+    code = _deploy("http://127.0.0.1:9", package, f"--kubeconfig={tmp_path}/nope")
+    assert code != 0
+    assert f"--kubeconfig {tmp_path}/nope: no such file" in capsys.readouterr().err
