@@ -251,8 +251,13 @@ CRON_FIELDS = (
     ("minute", 0, 59, ()),
     ("hour", 0, 23, ()),
     ("day of month", 1, 31, ()),
-    ("month", 1, 12, tuple("jan feb mar apr may jun jul aug sep oct nov dec".split())),
-    ("day of week", 0, 6, tuple("sun mon tue wed thu fri sat".split())),
+    (
+        "month",
+        1,
+        12,
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+    ),
+    ("day of week", 0, 6, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
 )
 CRON_DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 MAX_CONCURRENCY = 10  # the API server's limit (apiserver/server/api_converter.go)
@@ -275,7 +280,7 @@ def _check_cron_field(field: str, low: int, high: int, names: tuple[str, ...]) -
         if span in ("*", "?"):
             continue
         first, _, last = span.partition("-")
-        values = [_cron_value(first, low, names)] + ([_cron_value(last, low, names)] if last else [])
+        values = [_cron_value(end, low, names) for end in ((first, last) if last else (first,))]
         if any(not low <= value <= high for value in values) or values != sorted(values):
             raise ValueError(f"{span!r} is not within {low}-{high}")
 
@@ -297,11 +302,12 @@ def check_cron(cron: str, flag: str = "--recurring") -> str:
     if len(fields) != len(CRON_FIELDS):
         hint = " (Unix cron's 5: KFP would read the first as seconds)" if len(fields) == 5 else ""
         raise ConfigError(f"invalid {flag} {cron!r}: {len(fields)} fields{hint}; {form}")
-    for field, (name, low, high, names) in zip(fields, CRON_FIELDS):
+    for field, (name, low, high, names) in zip(fields, CRON_FIELDS, strict=True):
         try:
             _check_cron_field(field, low, high, names)
         except ValueError as error:
-            raise ConfigError(f"invalid {flag} {cron!r}: {name} field {field!r}: {error}; {form}")
+            message = f"invalid {flag} {cron!r}: {name} field {field!r}: {error}; {form}"
+            raise ConfigError(message) from None
     return cron
 
 

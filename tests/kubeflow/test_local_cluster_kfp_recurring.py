@@ -125,4 +125,3 @@ def test_a_recurring_run_fires_once_then_disabled_fires_no_more(kfp_cluster, tmp
     names = [i["metadata"]["name"] for i in kube.get("-n", kfp.NAMESPACE, "swf")["items"]]
     assert swf["metadata"]["name"] not in names
     assert client.get_run(run.run_id).state == "SUCCEEDED"  # its run stays
-
