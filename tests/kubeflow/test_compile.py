@@ -453,3 +453,25 @@ def test_a_minio_root_with_no_requests_for_a_small_cluster(tmp_path_factory):
             0,
         ), task
         assert resources.cpu_request == resources.memory_request == 0, task
+
+
+def test_a_job_launcher_under_a_launcher_root_needs_the_volume(capsys, tmp_path):
+    """Under minio:// the Trainer's inputs are KFP's launcher's copies in its own pod: a TFJob's
+    pods could not read them without the volume the Trainer stages them on (one line)."""
+    argv = [
+        "compile",
+        "--pipeline_root=minio://mlpipeline/v2/artifacts",
+        f"--image={IMAGE}",
+        f"--gpu_image={GPU_IMAGE}",
+        "--strategy=multi_worker_mirrored",
+        "--workers=2",
+        f"--output={tmp_path / 'p.yaml'}",
+    ]
+    assert run_kubeflow.main(argv) == run_kubeflow.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: invalid --launcher tfjob: under the pipeline root minio://mlpipeline/v2/artifacts "
+        "the Trainer's inputs exist only as KFP's launcher's copies in the Trainer's pod, which "
+        "the job's pods cannot read; give --pvc_name and --mount_path (a volume the Trainer "
+        "stages them on for the job)"
+    ]
+    assert not (tmp_path / "p.yaml").exists()
