@@ -246,6 +246,15 @@ def trains_in_trainer_pod(config: PipelineConfig) -> bool:
     return not training.needs_cluster or isinstance(training.launcher, LocalLauncherConfig)
 
 
+def watcher_resources(kubeflow: KubeflowConfig) -> Resources:
+    """The Trainer pod's resources when a job's pods train: the watcher's, capped by the
+    Trainer's own (a 0 there, no request, stays 0)."""
+    watcher, trainer = kubeflow.watcher_resources, kubeflow.trainer_resources
+    return Resources(
+        cpu=min(watcher.cpu, trainer.cpu), memory_gb=min(watcher.memory_gb, trainer.memory_gb)
+    )
+
+
 def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConfig):
     """Per-component resources, on the pipeline create_pipeline() returned."""
     from tfx.dsl.components.base import base_beam_component, base_component
@@ -259,8 +268,9 @@ def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConf
             resources = kubeflow.trainer_resources
             if not trains_in_trainer_pod(config):
                 # The launcher's pods train; the Trainer's pod only follows them: a small
-                # CPU-only request, so it needs no GPU node either.
-                resources = kubeflow.watcher_resources
+                # CPU-only request, so it needs no GPU node either; never more than
+                # --trainer_cpu / --trainer_memory_gb (0: no request, as for every task).
+                resources = watcher_resources(kubeflow)
         elif isinstance(component, base_beam_component.BaseBeamComponent):
             resources = kubeflow.beam_resources
         else:
