@@ -53,6 +53,10 @@ def _cli(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
+def _names(kube, resource: str) -> set[str]:
+    return {item["metadata"]["name"] for item in kube.get("-n", kfp.NAMESPACE, resource)["items"]}
+
+
 def _runs_of(client, recurring_run_id: str) -> list:
     runs = client.list_runs(page_size=100, sort_by="created_at desc").runs or []
     return [run for run in runs if run.recurring_run_id == recurring_run_id]
@@ -66,6 +70,9 @@ def test_a_recurring_run_fires_once_then_disabled_fires_no_more(kfp_cluster, tmp
     client = kfp_sdk.Client(host=url)
     package = str(tmp_path / "tick.yaml")
     compiler.Compiler().compile(_pipeline(kfp_cluster.info["kfp"]["images"]["kfp-driver"]), package)
+    kube = kfp_cluster.kube()
+    swfs_before = _names(kube, "scheduledworkflows")
+    workflows_before = _names(kube, "workflows")
     # Every PERIOD_SECONDS; one run at a time, so that while the first runs no second starts.
     created = _cli(
         "deploy",
@@ -82,13 +89,8 @@ def test_a_recurring_run_fires_once_then_disabled_fires_no_more(kfp_cluster, tmp
     recurring = client.get_recurring_run(recurring_id)
     assert recurring.status == "ENABLED"
     assert recurring.trigger.cron_schedule.cron == f"*/{PERIOD_SECONDS} * * * * *"
-    kube = kfp_cluster.kube()
     # The API server made a ScheduledWorkflow; the controller reconciles it.
-    (swf,) = [
-        item
-        for item in kube.get("-n", kfp.NAMESPACE, "scheduledworkflows")["items"]
-        if item["metadata"]["name"].startswith("tick-")
-    ]
+    (swf_name,) = _names(kube, "scheduledworkflows") - swfs_before
     deadline = time.monotonic() + 120
     runs: list = []
     while not runs and time.monotonic() < deadline:
@@ -110,18 +112,17 @@ def test_a_recurring_run_fires_once_then_disabled_fires_no_more(kfp_cluster, tmp
     # Three cron times later: still the one run, and the one workflow the controller made.
     time.sleep(3 * PERIOD_SECONDS)
     assert [r.run_id for r in _runs_of(client, recurring_id)] == [run.run_id]
-    swf = kube.get("-n", kfp.NAMESPACE, "scheduledworkflow", swf["metadata"]["name"])
+    swf = kube.get("-n", kfp.NAMESPACE, "scheduledworkflow", swf_name)
     assert swf["spec"]["enabled"] is False, swf["spec"]
-    workflows = kube.get(
-        "-n",
-        kfp.NAMESPACE,
-        "workflows",
-        "-l",
-        f"scheduledworkflows.kubeflow.org/scheduledWorkflowName={swf['metadata']['name']}",
-    )["items"]
-    assert [w["metadata"]["labels"]["pipeline/runid"] for w in workflows] == [run.run_id]
+    # One Argo workflow since the recurring run was made (the tests of a session run one at a
+    # time): its run's.
+    (workflow,) = _names(kube, "workflows") - workflows_before
+    labels = kube.get("-n", kfp.NAMESPACE, "workflow", workflow)["metadata"]["labels"]
+    assert labels["pipeline/runid"] == run.run_id
     deleted = _cli("recurring", f"--endpoint={url}", f"--delete={recurring_id}")
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
-    names = [i["metadata"]["name"] for i in kube.get("-n", kfp.NAMESPACE, "swf")["items"]]
-    assert swf["metadata"]["name"] not in names
+    deadline = time.monotonic() + 60
+    while swf_name in _names(kube, "scheduledworkflows") and time.monotonic() < deadline:
+        time.sleep(1)
+    assert swf_name not in _names(kube, "scheduledworkflows")
     assert client.get_run(run.run_id).state == "SUCCEEDED"  # its run stays
