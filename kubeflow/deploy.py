@@ -369,4 +369,4 @@ def recurring_run_action(connection: Connection, recurring_run_id: str, action: 
         getattr(client, f"{action}_recurring_run")(recurring_run_id)
     except _network_errors() as error:
         raise _api_error(f"{action} recurring run {recurring_run_id}", endpoint, error) from error
-    progress_log.info("recurring run %s: %sd", recurring_run_id, action.rstrip("e"))
+    progress_log.info("recurring run %s: %sd", recurring_run_id, action)

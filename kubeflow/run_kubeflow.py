@@ -494,7 +494,7 @@ def run_recurring(args: argparse.Namespace, out) -> int:
     action = next(a for a in deploy.RECURRING_ACTIONS if getattr(args, a))
     connection = deploy.connect(args.endpoint, args.namespace)
     deploy.recurring_run_action(connection, getattr(args, action), action)
-    out.write(f"recurring run {getattr(args, action)} {action.rstrip('e')}d\n")
+    out.write(f"recurring run {getattr(args, action)} {action}d\n")
     return 0
 
 
