@@ -113,7 +113,11 @@ def test_a_recurring_run_fires_once_then_disabled_fires_no_more(kfp_cluster, tmp
     time.sleep(3 * PERIOD_SECONDS)
     assert [r.run_id for r in _runs_of(client, recurring_id)] == [run.run_id]
     swf = kube.get("-n", kfp.NAMESPACE, "scheduledworkflow", swf_name)
-    assert swf["spec"]["enabled"] is False, swf["spec"]
+    # Disabled: spec.enabled false (left out of the object, omitempty) and the controller's
+    # condition.
+    assert not swf["spec"].get("enabled"), swf["spec"]
+    conditions = {c["type"]: c["status"] for c in swf["status"]["conditions"]}
+    assert conditions.get("Disabled") == "True", swf["status"]
     # One Argo workflow since the recurring run was made (the tests of a session run one at a
     # time): its run's.
     (workflow,) = _names(kube, "workflows") - workflows_before
