@@ -164,7 +164,9 @@ def test_multi_worker_tfjob_from_a_kfp_run_with_a_user_module_and_data_on_the_vo
     workers = kube.get("-n", kfp.NAMESPACE, "pods", "-l", f"training.kubeflow.org/job-name={name}")[
         "items"
     ]
-    assert len(workers) == 2
+    # The job's cleanPodPolicy (Running) deletes a worker still running when the operator marks
+    # the job done (seen: 1 of the 2 left); the replica status above counts both.
+    assert 1 <= len(workers) <= 2
     assert {p["status"]["phase"] for p in workers} == {"Succeeded"}
     assert {c["image"] for p in workers for c in p["spec"]["containers"]} == {image}
     # The workers read the task from the staging folder on the volume; it is gone now.
