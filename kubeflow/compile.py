@@ -249,6 +249,15 @@ def trains_in_trainer_pod(config: PipelineConfig) -> bool:
     return not training.needs_cluster or isinstance(training.launcher, LocalLauncherConfig)
 
 
+def watcher_resources(kubeflow: KubeflowConfig) -> Resources:
+    """The Trainer pod's resources when a job's pods train: the watcher's, capped by the
+    Trainer's own (a 0 there, no request, stays 0)."""
+    watcher, trainer = kubeflow.watcher_resources, kubeflow.trainer_resources
+    return Resources(
+        cpu=min(watcher.cpu, trainer.cpu), memory_gb=min(watcher.memory_gb, trainer.memory_gb)
+    )
+
+
 def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConfig):
     """Per-component resources, on the pipeline create_pipeline() returned."""
     from tfx.dsl.components.base import base_beam_component, base_component
@@ -266,8 +275,9 @@ def attach_platform(tfx_pipeline, config: PipelineConfig, kubeflow: KubeflowConf
             resources = kubeflow.trainer_resources
             if not trains_in_trainer_pod(config):
                 # The launcher's pods train; the Trainer's pod only follows them: a small
-                # CPU-only request, so it needs no GPU node either.
-                resources = kubeflow.watcher_resources
+                # CPU-only request, so it needs no GPU node either; never more than
+                # --trainer_cpu / --trainer_memory_gb (0: no request, as for every task).
+                resources = watcher_resources(kubeflow)
         elif isinstance(component, base_beam_component.BaseBeamComponent):
             resources = kubeflow.beam_resources
         else:
@@ -353,6 +363,14 @@ def check_storage(config: PipelineConfig, kubeflow: KubeflowConfig) -> None:
     no launcher moves (the serving directory, which the Pusher writes and BaselineModel reads;
     data; the user's module) is gs:// or a path on the mounted volume."""
     check_pipeline_root(config.pipeline_root)
+    launcher_root = LAUNCHER_ROOT.match(config.pipeline_root)
+    if launcher_root and not trains_in_trainer_pod(config) and not kubeflow.pvc_name:
+        raise ConfigError(
+            f"invalid --launcher {config.training.launcher.KIND}: under the pipeline root "
+            f"{config.pipeline_root} the Trainer's inputs exist only as KFP's launcher's "
+            "copies in the Trainer's pod, which the job's pods cannot read; give --pvc_name "
+            "and --mount_path (a volume the Trainer stages them on for the job)"
+        )
     serving = config.serving_model_dir
     if not (OBJECT_STORE_ROOT.match(serving) or _on_volume(serving, kubeflow)):
         where = f" or a path under --mount_path {kubeflow.mount_path}" if kubeflow.pvc_name else ""

@@ -5,6 +5,8 @@
     python kubeflow/run_kubeflow.py manifests <compile's flags> --strategy multi_worker_mirrored \
         --workers 2 --launcher trainjob | kubectl apply -n NAMESPACE -f -   # or review them
     python kubeflow/run_kubeflow.py deploy --endpoint http://localhost:8080 --run --wait
+    python kubeflow/run_kubeflow.py deploy --endpoint URL --recurring '0 0 2 * * *'
+    python kubeflow/run_kubeflow.py recurring --endpoint URL --disable RECURRING_RUN_ID
 
 compile: create_pipeline(config) (the same function run_local.py uses) compiled with TFX's
 KubeflowV2DagRunner into a KFP IR YAML file, with per-component resources, the GPU image and
@@ -16,8 +18,9 @@ schema). Your own code (--module_file, --preprocessing_fn, --run_fn, --model_fn,
 --custom_config, --eval_config) is checked as run_local.py checks it and the module staged under
 <pipeline_root>/_user_code/<digest>/ (or --user_code_root), where the pods import it from; an
 edit is a recompile, not an image rebuild (docs/kubeflow.md). deploy: upload (a new version
-when the pipeline exists), optionally start a run and follow it. Credentials only from the
-environment (KF_PIPELINES_TOKEN, kubeconfig).
+when the pipeline exists), optionally start a run and follow it, or create a recurring run
+(KFP's 6-field cron, seconds first); recurring: disable, enable or delete one. Credentials only
+from the environment (KF_PIPELINES_TOKEN, kubeconfig).
 """
 
 from __future__ import annotations
@@ -183,6 +186,41 @@ def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
     parser.add_argument("--timeout", type=float, default=0, help="seconds (0: no limit)")
     parser.add_argument("--poll", type=float, default=15, help="seconds between run checks")
+    parser.add_argument(
+        "--recurring",
+        default=None,
+        metavar="CRON",
+        help="instead of --run: a recurring run on KFP's cron, which has 6 fields, seconds first "
+        "(SECOND MINUTE HOUR DAY MONTH WEEKDAY: '0 0 2 * * *' daily at 02:00 UTC), or @hourly, "
+        "@daily, @every 1h30m; stop it with `recurring --disable ID` or `--delete ID`",
+    )
+    parser.add_argument(
+        "--max_concurrency",
+        type=int,
+        default=1,
+        help="with --recurring: runs of it at a time (1-10); a time that comes while that many "
+        "run starts no run",
+    )
+    parser.add_argument(
+        "--no_catchup",
+        action="store_true",
+        help="with --recurring: after a pause (disabled, or max_concurrency reached) start only "
+        "the latest missed run, not every one",
+    )
+
+
+def _add_recurring_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--endpoint", default=None, help="Kubeflow Pipelines API (default: $KF_PIPELINES_ENDPOINT)"
+    )
+    parser.add_argument("--namespace", default=None, help="profile namespace (multi-user)")
+    actions = parser.add_mutually_exclusive_group(required=True)
+    for action, what in (
+        ("disable", "no more runs until --enable (its runs so far stay)"),
+        ("enable", "runs again"),
+        ("delete", "removes it (its runs so far stay)"),
+    ):
+        actions.add_argument(f"--{action}", metavar="RECURRING_RUN_ID", help=what)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -197,6 +235,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     )
     _add_deploy_flags(commands.add_parser("deploy", help="upload, run, follow"))
+    _add_recurring_flags(
+        commands.add_parser("recurring", help="disable, enable or delete a recurring run")
+    )
     return parser.parse_args(argv)
 
 
@@ -394,6 +435,8 @@ def run_manifests(args: argparse.Namespace, out) -> int:
 def run_deploy(args: argparse.Namespace, out) -> int:
     from kubeflow import deploy
 
+    if args.recurring is not None:
+        _check_recurring_flags(args)
     if not os.path.isfile(args.package):
         raise config_lib.ConfigError(
             f"invalid --package {args.package}: no such file (run `compile` first)"
@@ -408,6 +451,20 @@ def run_deploy(args: argparse.Namespace, out) -> int:
     connection = deploy.connect(args.endpoint, args.namespace, kubeconfig=args.kubeconfig)
     deployment = deploy.upload(connection, args.package, name, version)
     out.write(f"pipeline {name}: id {deployment.pipeline_id}, version {deployment.version_id}\n")
+    if args.recurring is not None:
+        recurring_id = deploy.create_recurring_run(
+            connection,
+            deployment,
+            experiment=args.experiment,
+            name=args.run_name or f"{name}-{version}",
+            cron=args.recurring,
+            max_concurrency=args.max_concurrency,
+            no_catchup=args.no_catchup,
+            parameters=dict(_pairs(args.param, "--param")),
+            pipeline_root=args.run_pipeline_root or package.pipeline_root,
+        )
+        out.write(f"recurring run {recurring_id} created\n")
+        return 0
     if not args.run:
         return 0
     deployment = deploy.start_run(
@@ -426,6 +483,29 @@ def run_deploy(args: argparse.Namespace, out) -> int:
             connection, deployment.run_id, timeout_seconds=args.timeout, poll_seconds=args.poll
         )
         out.write(f"run {deployment.run_id} {state}\n")
+    return 0
+
+
+def _check_recurring_flags(args: argparse.Namespace) -> None:
+    """--recurring's cron and companions, before anything is uploaded (ConfigError, one line)."""
+    from kubeflow import deploy
+
+    if args.run or args.wait:
+        raise config_lib.ConfigError(
+            "--recurring creates a recurring run; its runs are started by Kubeflow Pipelines: "
+            "leave out --run and --wait"
+        )
+    args.recurring = deploy.check_cron(args.recurring)
+    deploy.check_max_concurrency(args.max_concurrency)
+
+
+def run_recurring(args: argparse.Namespace, out) -> int:
+    from kubeflow import deploy
+
+    action = next(a for a in deploy.RECURRING_ACTIONS if getattr(args, a))
+    connection = deploy.connect(args.endpoint, args.namespace)
+    deploy.recurring_run_action(connection, getattr(args, action), action)
+    out.write(f"recurring run {getattr(args, action)} {action}d\n")
     return 0
 
 
@@ -461,6 +541,8 @@ def _main(argv: list[str] | None) -> int:
             return run_compile(args, sys.stdout)
         if args.command == "manifests":
             return run_manifests(args, sys.stdout)
+        if args.command == "recurring":
+            return run_recurring(args, sys.stdout)
         return run_deploy(args, sys.stdout)
     except (config_lib.ConfigError, preflight.InputError, user_code.UserCodeError) as error:
         sys.stderr.write(f"error: {error}\n")

@@ -400,6 +400,9 @@ def _stage_local(uri: str, folder: str, files, manifest: str) -> None:
         return
     os.makedirs(os.path.dirname(uri), exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=".staging-", dir=os.path.dirname(uri))
+    # mkdtemp makes it 0700: the pods that import the module may run as another user (on a
+    # volume, the image's), and read it as any other file of the volume.
+    os.chmod(scratch, 0o755)
     for path, _ in files:
         os.makedirs(os.path.join(scratch, os.path.dirname(path)), exist_ok=True)
         shutil.copyfile(os.path.join(folder, path), os.path.join(scratch, path))

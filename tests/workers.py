@@ -70,6 +70,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         # session's cluster is up.
         "tests/kubeflow/test_local_cluster_launchers.py",
         "tests/kubeflow/test_local_cluster_kfp.py",
+        "tests/kubeflow/test_local_cluster_kfp_recurring.py",
+        "tests/kubeflow/test_local_cluster_kfp_training.py",
     ),
     "kubeflow-variants": (
         "tests/kubeflow/test_conformance.py",

@@ -325,13 +325,27 @@ class KubernetesJobLauncher:
         spec.validate()
         import tensorflow as tf
 
-        task_dir = os.path.join(task.model_run_dir, self.KIND.lower())
-        tf.io.gfile.makedirs(task_dir)
-        task_uri = os.path.join(task_dir, "task.json")
-        task.save(task_uri)
-        placement = self.placement()
-        self.preflight(spec, placement)
-        self.run_manifest(self.manifest(job_name(task), spec, task_uri, placement), placement)
+        from components.training import staging
+
+        name = job_name(task)
+        # KFP's launcher's local copies (a minio:// or s3:// root) onto the job's volume.
+        staged = staging.stage(
+            task, name, self.settings.mount_path, self.settings.pvc_name, self.KIND
+        )
+        try:
+            job_task = staged.task if staged else task
+            task_dir = os.path.join(job_task.model_run_dir, self.KIND.lower())
+            tf.io.gfile.makedirs(task_dir)
+            task_uri = os.path.join(task_dir, "task.json")
+            job_task.save(task_uri)
+            placement = self.placement()
+            self.preflight(spec, placement)
+            self.run_manifest(self.manifest(name, spec, task_uri, placement), placement)
+            if staged:
+                staged.copy_back()
+        finally:
+            if staged:
+                staged.remove()
 
     def run_manifest(self, manifest: dict, placement: Placement) -> None:
         name = manifest["metadata"]["name"]

@@ -117,6 +117,8 @@ KFP_PROGRAMS = {
     "persistence-agent": "backend/src/agent/persistence",
     "driver": "backend/src/v2/cmd/driver",
     "launcher": "backend/src/v2/cmd/launcher-v2",
+    # Recurring runs: the ScheduledWorkflow controller (kfp_scheduled.py).
+    "scheduledworkflow": "backend/src/crd/controller/scheduledworkflow",
 }
 # The one that needs cgo: KFP's storage package uses go-sqlite3's error type
 # (backend/src/apiserver/storage/db.go:25, :137-138: sqlite3.Error, sqlite3.ErrConstraint), which

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from kubeflow.local_cluster import addons, builds, host, images, kfp, node, pki
+from kubeflow.local_cluster import addons, builds, host, images, kfp, kfp_host, node, pki
 
 Say = Callable[[str], None]
 
@@ -365,8 +365,8 @@ def _kfp_up(
             for name, image in kfp.scratch_images(built).items()
         }
     with step("preparing MariaDB's data folder (mariadb-install-db) and the S3 folder"):
-        kfp.prepare_mariadb(kfp_layout, paths["mariadb-install-db"])
-        kfp.write_plan(kfp_layout, paths["mariadbd"], built["versitygw"].paths["versitygw"])
+        kfp_host.prepare_mariadb(kfp_layout, paths["mariadb-install-db"])
+        kfp_host.write_plan(kfp_layout, paths["mariadbd"], built["versitygw"].paths["versitygw"])
     with step(
         "starting MariaDB, the S3 server (versitygw) and the MLMD gRPC server "
         f"(host processes in namespace {node.NETNS}, on {node.NODE_IP})"
@@ -382,9 +382,9 @@ def _kfp_up(
     with step(
         f"installing Kubeflow Pipelines in namespace {kfp.NAMESPACE}: Argo's and KFP's CRDs and "
         "RBAC, the Services of the host processes, the workflow controller, the API server, the "
-        "persistence agent"
+        "persistence agent, the scheduled-workflow controller"
     ):
-        kube.apply(kfp.manifests(references, kfp.credentials(kfp_layout), layout.shared))
+        kube.apply(kfp.manifests(references, kfp_host.credentials(kfp_layout), layout.shared))
     with step(f"waiting for {', '.join(kfp.DEPLOYMENTS)} to be ready"):
         for name in kfp.DEPLOYMENTS:
             try:

@@ -8,14 +8,17 @@ ones), in namespace `kubeflow`:
   its V2_DRIVER_IMAGE / V2_LAUNCHER_IMAGE the driver's and launcher's images built here;
 - KFP's persistence agent (`ml-pipeline-persistenceagent`, with the projected token of audience
   pipelines.kubeflow.org it reports with);
+- KFP's ScheduledWorkflow controller (`ml-pipeline-scheduledworkflow`: recurring runs; it starts
+  each run through the API server's gRPC RunService, with the same kind of token);
 - Argo v3.6.7's workflow controller (`workflow-controller`, --namespaced, --executor-image the
   argoexec image built here).
 The driver's, launcher's and argoexec's images are loaded into containerd under explicit tags
 (the hash of what they hold, never `latest`): the driver and launcher containers of a run set
 no imagePullPolicy (argocompiler/container.go), so a `latest` tag would make the kubelet pull.
 
-As host processes inside the cluster's network namespace, held by a second supervisor (plan
-run/kfp-plan.json, cgroup CGROUP_ROOT/kfp; `down` finds them as it finds the node's), because
+As host processes inside the cluster's network namespace (kfp_host.py), held by a second
+supervisor (plan run/kfp-plan.json, cgroup CGROUP_ROOT/kfp; `down` finds them as it finds the
+node's), because
 each is a Debian package or a Python program on this machine rather than a static binary:
 - MariaDB (Debian's mariadbd; a fresh data folder per `up`, user `kfp` with
   mysql_native_password, which ml-metadata's client needs), databases `mlpipeline` (the API
@@ -37,9 +40,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import secrets
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -65,7 +65,12 @@ DB_USER = "kfp"
 MANIFESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifests")
 VENDORED = ("argo-v3.6.7.yaml", "kfp-2.14.3.yaml")
 # The Deployments of KFP on the cluster, in the order `up` waits for them.
-DEPLOYMENTS = ("workflow-controller", "ml-pipeline", "ml-pipeline-persistenceagent")
+DEPLOYMENTS = (
+    "workflow-controller",
+    "ml-pipeline",
+    "ml-pipeline-persistenceagent",
+    "ml-pipeline-scheduledworkflow",
+)
 # The host processes (the kfp supervisor's daemons), in start order.
 HOST_DAEMONS = ("mariadb", "s3-versitygw", "mlmd-grpc")
 LABELS = {"app.kubernetes.io/part-of": "tfx-scaleout-kfp"}
@@ -127,6 +132,7 @@ IMAGES = {
     "kfp-persistence-agent": ("kfp", "persistence-agent", "/bin/persistence_agent", False),
     "kfp-driver": ("kfp", "driver", "/bin/driver", True),
     "kfp-launcher": ("kfp", "launcher", "/bin/launcher-v2", True),
+    "kfp-scheduledworkflow": ("kfp", "scheduledworkflow", "/bin/controller", False),
     "argo-workflow-controller": (
         "workflow-controller",
         "workflow-controller",
@@ -145,135 +151,6 @@ def scratch_images(built: dict[str, builds.Built]) -> dict[str, images.ScratchIm
             name, built[build].paths[program], path, env=env, tmp=True
         )
     return found
-
-
-# --- host processes ------------------------------------------------------------------------------
-
-
-def credentials(kfp_layout: KfpLayout) -> dict[str, str]:
-    """The database password and the S3 keys of this `up` (made once, 0600)."""
-    if os.path.exists(kfp_layout.credentials):
-        with open(kfp_layout.credentials) as handle:
-            return json.load(handle)
-    made = {
-        "db_password": secrets.token_hex(16),
-        "s3_access_key": "kfp" + secrets.token_hex(8),
-        "s3_secret_key": secrets.token_hex(20),
-    }
-    os.makedirs(kfp_layout.folder, exist_ok=True)
-    descriptor = os.open(kfp_layout.credentials, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        json.dump(made, handle)
-    return made
-
-
-def _private_file(path: str, text: str) -> str:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
-    return path
-
-
-def prepare_mariadb(kfp_layout: KfpLayout, mariadb_install_db: str) -> None:
-    """A fresh data folder (mariadb-install-db), and the init file mariadbd runs at start: the
-    two databases and the user `kfp` from any host, with mysql_native_password."""
-    os.makedirs(kfp_layout.folder, exist_ok=True)
-    result = subprocess.run(
-        [
-            mariadb_install_db,
-            "--no-defaults",
-            f"--datadir={kfp_layout.mariadb_data}",
-            "--user=root",
-            "--auth-root-authentication-method=socket",
-            "--skip-test-db",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        raise builds.BuildFailed(
-            f"mariadb-install-db failed:\n{(result.stderr or result.stdout).strip()[-2000:]}"
-        )
-    password = credentials(kfp_layout)["db_password"]
-    sql = (
-        f"CREATE DATABASE IF NOT EXISTS {PIPELINE_DB};\n"
-        f"CREATE DATABASE IF NOT EXISTS {MLMD_DB};\n"
-        f"CREATE USER IF NOT EXISTS '{DB_USER}'@'%' "
-        f"IDENTIFIED VIA mysql_native_password USING PASSWORD('{password}');\n"
-        f"GRANT ALL PRIVILEGES ON *.* TO '{DB_USER}'@'%';\n"
-        "FLUSH PRIVILEGES;\n"
-    )
-    _private_file(os.path.join(kfp_layout.folder, "init.sql"), sql)
-    _private_file(os.path.join(kfp_layout.folder, "db-password"), password)
-
-
-def daemons(kfp_layout: KfpLayout, mariadbd: str, versitygw: str) -> list[node.Daemon]:
-    keys = credentials(kfp_layout)
-    os.makedirs(kfp_layout.s3_root, exist_ok=True)
-    return [
-        node.Daemon(
-            "mariadb",
-            [
-                mariadbd,
-                "--no-defaults",
-                f"--datadir={kfp_layout.mariadb_data}",
-                f"--socket={kfp_layout.mariadb_socket}",
-                f"--pid-file={os.path.join(kfp_layout.folder, 'mariadb.pid')}",
-                f"--bind-address={node.NODE_IP}",
-                f"--port={MYSQL_PORT}",
-                "--user=root",
-                "--skip-name-resolve",
-                "--innodb-buffer-pool-size=64M",
-                f"--init-file={os.path.join(kfp_layout.folder, 'init.sql')}",
-            ],
-            {"socket": kfp_layout.mariadb_socket},
-        ),
-        node.Daemon(
-            "s3-versitygw",
-            [
-                versitygw,
-                f"--port={node.NODE_IP}:{S3_PORT}",
-                # The region KFP's launcher signs with for minio:// roots
-                # (v2/objectstore/config.go); the API server is told the same.
-                f"--region={S3_REGION}",
-                "--health=/health",
-                "posix",
-                kfp_layout.s3_root,
-            ],
-            {"http": f"http://{node.NODE_IP}:{S3_PORT}/health"},
-            env={
-                "ROOT_ACCESS_KEY": keys["s3_access_key"],
-                "ROOT_SECRET_KEY": keys["s3_secret_key"],
-            },
-        ),
-        node.Daemon(
-            "mlmd-grpc",
-            [
-                sys.executable,
-                "-m",
-                "kubeflow.local_cluster.mlmd_server",
-                f"--listen={node.NODE_IP}:{MLMD_PORT}",
-                f"--mysql_host={node.NODE_IP}",
-                f"--mysql_port={MYSQL_PORT}",
-                f"--database={MLMD_DB}",
-                f"--user={DB_USER}",
-                f"--password_file={os.path.join(kfp_layout.folder, 'db-password')}",
-            ],
-            {"tcp": f"{node.NODE_IP}:{MLMD_PORT}"},
-        ),
-    ]
-
-
-def write_plan(kfp_layout: KfpLayout, mariadbd: str, versitygw: str) -> None:
-    plan = {
-        "private_dirs": [],
-        "logs": kfp_layout.layout.logs,
-        "pidfile": kfp_layout.pidfile,
-        "cgroup": "kfp",
-        "daemons": [d.to_json() for d in daemons(kfp_layout, mariadbd, versitygw)],
-    }
-    with open(os.path.join(kfp_layout.layout.run, kfp_layout.plan_name), "w") as handle:
-        json.dump(plan, handle, indent=1)
 
 
 # --- manifests -----------------------------------------------------------------------------------
@@ -375,6 +252,13 @@ def _deployment(name: str, account: str, containers: list[dict], volumes=()) -> 
             },
         },
     }
+
+
+def _api_token(name: str) -> dict:
+    """A projected service-account token for KFP's API server (audience pipelines.kubeflow.org),
+    as KFP's own Deployments of its controllers mount it."""
+    token = {"path": name, "expirationSeconds": 3600, "audience": "pipelines.kubeflow.org"}
+    return {"name": name, "projected": {"sources": [{"serviceAccountToken": token}]}}
 
 
 def manifests(references: dict[str, str], keys: dict[str, str], shared: str = "") -> str:
@@ -567,22 +451,30 @@ def manifests(references: dict[str, str], keys: dict[str, str], shared: str = ""
                     volumeMounts=[{"name": token, "mountPath": "/var/run/secrets/kubeflow/tokens"}],
                 )
             ],
+            [_api_token(token)],
+        )
+    )
+    # Recurring runs: the controller turns each ScheduledWorkflow (which the API server makes for
+    # a recurring run) into runs at its cron times through the API server's RunService, here
+    # ml-pipeline:8887 in its own namespace (its flags' defaults). The arguments and environment
+    # are those of KFP's own image and Deployment (backend/Dockerfile.scheduledworkflow,
+    # base/pipeline/ml-pipeline-scheduledworkflow-deployment.yaml), the time zone the
+    # pipeline-install-config default (UTC).
+    token = "scheduledworkflow-sa-token"
+    documents.append(
+        _deployment(
+            "ml-pipeline-scheduledworkflow",
+            "ml-pipeline-scheduledworkflow",
             [
-                {
-                    "name": token,
-                    "projected": {
-                        "sources": [
-                            {
-                                "serviceAccountToken": {
-                                    "path": token,
-                                    "expirationSeconds": 3600,
-                                    "audience": "pipelines.kubeflow.org",
-                                }
-                            }
-                        ]
-                    },
-                }
+                _container(
+                    "ml-pipeline-scheduledworkflow",
+                    references["kfp-scheduledworkflow"],
+                    args=["--logtostderr=true", f"--namespace={NAMESPACE}", "--logLevel=info"],
+                    env=[{"name": "CRON_SCHEDULE_TIMEZONE", "value": "UTC"}],
+                    volumeMounts=[{"name": token, "mountPath": "/var/run/secrets/kubeflow/tokens"}],
+                )
             ],
+            [_api_token(token)],
         )
     )
     return yaml.safe_dump_all(documents, sort_keys=False)

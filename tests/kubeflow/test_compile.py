@@ -453,3 +453,45 @@ def test_a_minio_root_with_no_requests_for_a_small_cluster(tmp_path_factory):
             0,
         ), task
         assert resources.cpu_request == resources.memory_request == 0, task
+
+
+def test_a_job_launcher_under_a_launcher_root_needs_the_volume(capsys, tmp_path):
+    """Under minio:// the Trainer's inputs are KFP's launcher's copies in its own pod: a TFJob's
+    pods could not read them without the volume the Trainer stages them on (one line)."""
+    argv = [
+        "compile",
+        "--pipeline_root=minio://mlpipeline/v2/artifacts",
+        f"--image={IMAGE}",
+        f"--gpu_image={GPU_IMAGE}",
+        "--strategy=multi_worker_mirrored",
+        "--workers=2",
+        f"--output={tmp_path / 'p.yaml'}",
+    ]
+    assert run_kubeflow.main(argv) == run_kubeflow.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: invalid --launcher tfjob: under the pipeline root minio://mlpipeline/v2/artifacts "
+        "the Trainer's inputs exist only as KFP's launcher's copies in the Trainer's pod, which "
+        "the job's pods cannot read; give --pvc_name and --mount_path (a volume the Trainer "
+        "stages them on for the job)"
+    ]
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_the_trainer_watching_a_job_asks_for_no_more_than_trainer_cpu(tmp_path_factory):
+    """With a TFJob the Trainer's pod only follows it (1 CPU, 2 GB), capped by
+    --trainer_cpu / --trainer_memory_gb: 0 there is no request, as for every task."""
+    spec, _, _ = _compile(
+        tmp_path_factory,
+        "minio-tfjob",
+        "--pipeline_root=minio://mlpipeline/v2/artifacts",
+        "--pvc_name=shared",
+        "--mount_path=/mnt/shared",
+        "--serving_model_dir=/mnt/shared/serving",
+        "--strategy=multi_worker_mirrored",
+        "--workers=2",
+        "--gpus=0",
+        "--trainer_cpu=0",
+        "--trainer_memory_gb=1",
+    )
+    resources = _container(spec, "Trainer").resources
+    assert (resources.cpu_request, resources.memory_request) == (0, 1)

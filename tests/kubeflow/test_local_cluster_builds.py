@@ -167,6 +167,7 @@ RUNS = {
     "persistence-agent": (["-help"], 0, r"-kubeconfig"),
     "driver": (["-help"], 0, r"-mlmd_server_address"),
     "launcher": (["-help"], 0, r"-mlmd_server_address"),
+    "scheduledworkflow": (["-help"], 0, r"-mlPipelineAPIServerName"),
     "workflow-controller": (["version"], 0, r"^workflow-controller: v3\.6\.7$"),
     "argoexec": (["version"], 0, r"^argoexec: v3\.6\.7$"),
     "versitygw": (["--version"], 0, r"^Version  : v1\.8\.0$"),

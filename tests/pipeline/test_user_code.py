@@ -203,6 +203,8 @@ def test_a_good_module_resolves_fingerprints_and_stages(tmp_path):
     assert (tmp_path / "root" / "_user_code" / digest / "good.py").read_text() == (
         tmp_path / "good.py"
     ).read_text()
+    # Readable for pods of another user (a volume's folder, read by the image's user).
+    assert os.stat(tmp_path / "root" / "_user_code" / digest).st_mode & 0o777 == 0o755
     # Activating it imports the staged copy, replacing any earlier version.
     runtime.activate(transform)
     module = runtime.load_function("good.preprocessing_fn")

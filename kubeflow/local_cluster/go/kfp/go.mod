@@ -229,6 +229,7 @@ require (
 tool (
 	github.com/kubeflow/pipelines/backend/src/agent/persistence
 	github.com/kubeflow/pipelines/backend/src/apiserver
+	github.com/kubeflow/pipelines/backend/src/crd/controller/scheduledworkflow
 	github.com/kubeflow/pipelines/backend/src/v2/cmd/driver
 	github.com/kubeflow/pipelines/backend/src/v2/cmd/launcher-v2
 	google.golang.org/protobuf/cmd/protoc-gen-go
