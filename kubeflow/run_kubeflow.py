@@ -433,7 +433,7 @@ def run_manifests(args: argparse.Namespace, out) -> int:
 
 
 def run_deploy(args: argparse.Namespace, out) -> int:
-    from kubeflow import deploy
+    from kubeflow import deploy, recurring
 
     if args.recurring is not None:
         _check_recurring_flags(args)
@@ -452,7 +452,7 @@ def run_deploy(args: argparse.Namespace, out) -> int:
     deployment = deploy.upload(connection, args.package, name, version)
     out.write(f"pipeline {name}: id {deployment.pipeline_id}, version {deployment.version_id}\n")
     if args.recurring is not None:
-        recurring_id = deploy.create_recurring_run(
+        recurring_id = recurring.create_recurring_run(
             connection,
             deployment,
             experiment=args.experiment,
@@ -488,23 +488,23 @@ def run_deploy(args: argparse.Namespace, out) -> int:
 
 def _check_recurring_flags(args: argparse.Namespace) -> None:
     """--recurring's cron and companions, before anything is uploaded (ConfigError, one line)."""
-    from kubeflow import deploy
+    from kubeflow import recurring
 
     if args.run or args.wait:
         raise config_lib.ConfigError(
             "--recurring creates a recurring run; its runs are started by Kubeflow Pipelines: "
             "leave out --run and --wait"
         )
-    args.recurring = deploy.check_cron(args.recurring)
-    deploy.check_max_concurrency(args.max_concurrency)
+    args.recurring = recurring.check_cron(args.recurring)
+    recurring.check_max_concurrency(args.max_concurrency)
 
 
 def run_recurring(args: argparse.Namespace, out) -> int:
-    from kubeflow import deploy
+    from kubeflow import deploy, recurring
 
-    action = next(a for a in deploy.RECURRING_ACTIONS if getattr(args, a))
+    action = next(a for a in recurring.RECURRING_ACTIONS if getattr(args, a))
     connection = deploy.connect(args.endpoint, args.namespace)
-    deploy.recurring_run_action(connection, getattr(args, action), action)
+    recurring.recurring_run_action(connection, getattr(args, action), action)
     out.write(f"recurring run {getattr(args, action)} {action}d\n")
     return 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from components import ConfigError
-from kubeflow import deploy, run_kubeflow
+from kubeflow import recurring, run_kubeflow
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ from kubeflow import deploy, run_kubeflow
     ],
 )
 def test_kfps_cron_forms_pass(cron):
-    assert deploy.check_cron(cron) == cron
+    assert recurring.check_cron(cron) == cron
 
 
 @pytest.mark.parametrize(
@@ -43,17 +43,17 @@ def test_kfps_cron_forms_pass(cron):
 )
 def test_a_bad_cron_is_one_line_naming_the_field_and_the_form(cron, says):
     with pytest.raises(ConfigError) as raised:
-        deploy.check_cron(cron)
+        recurring.check_cron(cron)
     message = str(raised.value)
     assert message.startswith(f"invalid --recurring {cron!r}: {says}"), message
     assert "KFP's cron has 6 fields, seconds first" in message and "\n" not in message
 
 
 def test_max_concurrency_is_kfps_range():
-    assert deploy.check_max_concurrency(10) == 10
+    assert recurring.check_max_concurrency(10) == 10
     for value in (0, 11):
         with pytest.raises(ConfigError, match=f"invalid --max_concurrency {value}: .* 1 to 10"):
-            deploy.check_max_concurrency(value)
+            recurring.check_max_concurrency(value)
 
 
 def test_the_cli_refuses_before_anything_is_read_or_uploaded(tmp_path, capsys):
