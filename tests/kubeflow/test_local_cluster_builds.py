@@ -174,6 +174,7 @@ RUNS = {
 }
 
 
+@pytest.mark.slow  # builds KFP's and Argo's programs (minutes each on an empty machine)
 @pytest.mark.parametrize("program", sorted(RUNS))
 def test_kfp_and_argo_programs_are_static_and_run(kfp_programs, program):
     """Static (no dynamic loader, no dynamic section): the images they go into hold nothing
