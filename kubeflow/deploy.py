@@ -365,8 +365,8 @@ def with_error_lines(
     KFP 2.14.3 in single-user mode reads the pod at cluster scope (resource_manager.go:964-999:
     the namespace comes from the run's experiment, "" in single-user mode, :1913-1933) and its
     API server's Role is namespaced (manifests base/pipeline/ml-pipeline-apiserver-role.yaml), so
-    there the endpoint answers 200 and then `forbidden ... at the cluster scope`; its fallback,
-    Argo's log archive, holds nothing for KFP's launcher pods of this install."""
+    there the endpoint answers 200 with an empty body (its own log: `forbidden ... at the cluster
+    scope`); its fallback, Argo's log archive, holds nothing in an install without one."""
     done = []
     for outcome in outcomes:
         if outcome.state == "failed" and outcome.pod:
@@ -376,7 +376,7 @@ def with_error_lines(
             text = (_get(connection, path) or b"").decode(errors="replace")
             line = error_line(text)
             if line is None:
-                # The endpoint answers 200 and then writes its error as JSON (run_log_server.go:
+                # The endpoint answers 200, then an error as JSON or nothing (run_log_server.go:
                 # ReadRunLogV1 writes the header before reading the pod): say why.
                 why = f"the API server: {_log_error(text) or 'empty'}"
                 if connection.kubeconfig and namespace:
