@@ -26,6 +26,7 @@ from kubeflow.local_cluster import __main__ as cli
 from kubeflow.local_cluster import cluster, host, node
 from pipeline import datasets
 from tests.kubeflow.conftest import CLUSTER_PACKAGES
+from tests.kubeflow.pods import container_pids
 
 ROOT = datasets.PROJECT_ROOT
 pytestmark = [pytest.mark.slow, pytest.mark.system_packages(*CLUSTER_PACKAGES)]
@@ -375,27 +376,6 @@ def test_the_tuners_workers_are_a_tfjob_and_the_trainer_uses_the_best_point(loca
     assert re.search(r"tuning:\s+3 trial\(s\), 5 step\(s\) each, 2 workers \(a tfjob job\)", output)
 
 
-def _container_pids(pod: dict) -> list[int]:
-    """The processes of a pod's training container, from the cgroup the kubelet made for it
-    (cgroupfs driver: .../kubepods/<qos>/pod<uid>/<container id>)."""
-    status = pod["status"]["containerStatuses"][0]
-    container_id = status["containerID"].split("://", 1)[1]
-    pattern = os.path.join(
-        "/sys/fs/cgroup/pids",
-        node.CGROUP_ROOT.strip("/"),
-        "kubepods",
-        "**",
-        f"pod{pod['metadata']['uid']}",
-        container_id,
-        "cgroup.procs",
-    )
-    pids: list[int] = []
-    for procs in glob.glob(pattern, recursive=True):
-        with open(procs) as handle:
-            pids += [int(line) for line in handle if line.strip()]
-    return pids
-
-
 def test_a_killed_worker_is_recreated_and_training_resumes_from_the_last_backup(local_cluster):
     """`kill -9` of a worker's training process (what an OOM kill or an eviction does) mid-run:
     the Training Operator recreates the pod (exit 137 is retryable under restartPolicy ExitCode),
@@ -445,7 +425,7 @@ def test_a_killed_worker_is_recreated_and_training_resumes_from_the_last_backup(
             log = kube.kubectl("-n", "default", "logs", chief["metadata"]["name"], check=False)
             # Epoch lines come every 6 epochs; 12 done means backups exist past epoch 1.
             if re.search(r"epoch (1[2-9]|[2-5]\d)/60", log or ""):
-                for pid in _container_pids(victim):
+                for pid in container_pids(victim):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
         assert killed, "".join(lines)[-4000:]

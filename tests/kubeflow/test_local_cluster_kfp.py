@@ -12,7 +12,6 @@ The killed `up --kfp` and what `down` removes: tests/kubeflow/test_local_cluster
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -28,6 +27,8 @@ import yaml
 
 from kubeflow.local_cluster import builds, images, kfp, node
 from tests.kubeflow.conftest import CLUSTER_PACKAGES
+from tests.kubeflow.pods import container_pids
+from tests.pipeline_components import CSV_COMPONENTS
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -230,18 +231,8 @@ def _failed_pod_logs(cluster) -> str:
 
 
 PENGUIN_PIPELINE = "penguins-on-the-local-cluster"  # [a-z0-9-]: TFX's KFP v2 rule
-PENGUIN_TASKS = {
-    "ImportSchemaGen",
-    "CsvExampleGen-span",
-    "CsvExampleGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "Transform",
-    "Trainer",
-    "BaselineModel",
-    "Evaluator",
-    "Pusher",
-}
+# The compiled file's tasks: the components and ExampleGen's span driver task.
+PENGUIN_TASKS = {*CSV_COMPONENTS, "CsvExampleGen-span"}
 UNCACHED_TASKS = {"CsvExampleGen-span"}  # ExampleGen's driver: compiled with enableCache false
 
 
@@ -580,26 +571,6 @@ def _running_executor(kube, run_id: str, deadline: float) -> dict:
     raise AssertionError(f"no running executor pod of run {run_id}")
 
 
-def _container_pids(pod: dict, container: str) -> list[int]:
-    """The processes of one container of a pod, from the cgroup the kubelet made for it."""
-    status = next(c for c in pod["status"]["containerStatuses"] if c["name"] == container)
-    container_id = status["containerID"].split("://", 1)[1]
-    pattern = os.path.join(
-        "/sys/fs/cgroup/pids",
-        node.CGROUP_ROOT.strip("/"),
-        "kubepods",
-        "**",
-        f"pod{pod['metadata']['uid']}",
-        container_id,
-        "cgroup.procs",
-    )
-    pids: list[int] = []
-    for procs in glob.glob(pattern, recursive=True):
-        with open(procs) as handle:
-            pids += [int(line) for line in handle if line.strip()]
-    return pids
-
-
 def test_deleting_a_running_run_stops_its_pods(kfp_cluster, tmp_path):
     """A run whose task sleeps in the project's image, deleted through KFP's API while the task
     runs: the API server deletes its Workflow, and its pods are gone within 60 s."""
@@ -622,7 +593,7 @@ def test_deleting_a_running_run_stops_its_pods(kfp_cluster, tmp_path):
     assert not kube.get("-n", kfp.NAMESPACE, "workflows", "-l", f"pipeline/runid={run.run_id}")[
         "items"
     ]
-    assert not _container_pids(pod, "main") if os.path.isdir("/sys/fs/cgroup/pids") else True
+    assert not container_pids(pod, "main") if os.path.isdir("/sys/fs/cgroup/pids") else True
     print(
         f"deleted run: its pods gone {time.monotonic() - deleted:.0f}s after the delete, "
         f"{time.monotonic() - started:.0f}s in all"
@@ -663,7 +634,7 @@ def test_a_task_killed_by_the_node_fails_the_run_and_deploy_names_it(kfp_cluster
             )
         assert run_id, "no Workflow of the run"
         pod = _running_executor(kube, run_id, time.monotonic() + 300)
-        pids = _container_pids(pod, "main")
+        pids = container_pids(pod, "main")
         assert pids, pod["metadata"]["name"]
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
