@@ -54,7 +54,10 @@ def _artifact_uris(artifact_dict_json: str) -> list[str]:
 
 
 def task_paths(task) -> tuple[list[str], list[str]]:
-    """(inputs the job reads, outputs it writes) of a TrainTask or a user's RunFnTask."""
+    """(inputs the job reads, outputs it writes) of a TrainTask, a user's RunFnTask or the
+    Tuner's job (its TunerTask file; what that file names is read by the job's pods)."""
+    if hasattr(task, "tuner_task"):
+        return [task.tuner_task], []
     if hasattr(task, "train_files"):
         inputs = [*task.train_files, *task.eval_files, task.transform_output]
         return inputs, [task.serving_model_dir, task.model_run_dir]
@@ -116,6 +119,13 @@ def stage(task, job_name: str, mount_path: str, pvc_name: str, launcher: str) ->
     local_outputs = tuple(path for path in outputs if pod_local(path))
     if not local_inputs and not local_outputs:
         return None
+    if hasattr(task, "tuner_task"):
+        raise StagingError(
+            f"the Tuner's workers cannot run as a {launcher} job under a minio:// or s3:// "
+            f"pipeline root: its search and inputs exist only in the Tuner's pod "
+            f"({local_inputs[0]}); run them as processes in that pod (--launcher local, or "
+            "--tune_workers 1) or use a pipeline root the job's pods reach (gs://)"
+        )
     if not mount_path:
         example = (local_inputs or list(local_outputs))[0]
         raise StagingError(

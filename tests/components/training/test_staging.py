@@ -5,6 +5,7 @@ tests/kubeflow/test_local_cluster_kfp_training.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from unittest import mock
@@ -140,3 +141,16 @@ def test_a_run_fn_tasks_artifact_uris_are_staged(pod):
     assert staging._artifact_uris(staged.task.output_dict) == [folder + str(model)]
     assert os.path.exists(folder + str(examples / "Split-train" / "part-0.gz"))
     assert staged.outputs == (str(model), task.model_run_dir)
+
+
+def test_a_tuner_job_under_a_pod_local_root_is_one_clear_line():
+    """The Tuner's job reads a TunerTask file whose own paths the job's pods must reach: off a
+    pod-local root it is left as it is; on one it is refused, naming what to do."""
+    from components.training.tuner_job import TunerJobTask
+
+    fields = {f.name: None for f in dataclasses.fields(TunerJobTask)}
+    reachable = TunerJobTask(**{**fields, "tuner_task": "gs://bucket/tuner/search/task.json"})
+    assert staging.stage(reachable, "tfx-tune-1", "/mnt", "claim", "tfjob") is None
+    local = TunerJobTask(**{**fields, "tuner_task": "/minio/mlpipeline/x/search/task.json"})
+    with pytest.raises(staging.StagingError, match=r"--launcher local, or --tune_workers 1"):
+        staging.stage(local, "tfx-tune-1", "/mnt", "claim", "tfjob")
