@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
@@ -399,27 +401,55 @@ def runs_locally(beam_pipeline_args: list[str]) -> bool:
 
 @contextlib.contextmanager
 def no_tfx_sdist_for_direct_runner() -> Iterator[None]:
-    """While active, TFX's Beam executors skip packaging TFX when Beam runs on this machine.
+    """While active, TFX's Beam executors skip packaging TFX when Beam runs on this machine, and
+    package it once, not once per component, when it does not.
 
     With no --extra_package, --setup_file or container image in the Beam args, every TFX Beam
     executor (ExampleGen, StatisticsGen, Transform, Evaluator) copies TFX's whole installation
     into a temporary directory and runs `setup.py sdist` on it, about 2 s per component, so
     that remote workers can install TFX. The DirectRunner's workers are this process or its
     children in the same environment and never install it, nor do a portable runner's LOOPBACK
-    workers (threads of this process); other runners (SDK workers in other processes or
-    containers, which install what is staged: pipeline/beam/boot.py) are left as TFX handles
-    them."""
+    workers (threads of this process). Other runners (SDK workers in other processes or
+    containers, which install what is staged: pipeline/beam/boot.py) get TFX's sdist as TFX
+    makes it, built once while the context is active and removed when it ends: TFX itself
+    never removes it (tfx/utils/dependency_utils.py, build_ephemeral_package), so each
+    component of a Flink or Spark run left about 49 MB in the temporary directory."""
     from tfx.utils import dependency_utils
 
     stock = dependency_utils.make_beam_dependency_flags
+    build = dependency_utils.build_ephemeral_package
+    built: list[str] = []
 
     def dependency_flags(beam_pipeline_args):
         if runs_locally(beam_pipeline_args):
             return beam_pipeline_args
         return stock(beam_pipeline_args)
 
-    with mock.patch.object(dependency_utils, "make_beam_dependency_flags", dependency_flags):
-        yield
+    def build_once() -> str:
+        if not built:
+            built.append(build())
+        return built[0]
+
+    try:
+        with (
+            mock.patch.object(dependency_utils, "make_beam_dependency_flags", dependency_flags),
+            mock.patch.object(dependency_utils, "build_ephemeral_package", build_once),
+        ):
+            yield
+    finally:
+        for sdist in built:
+            _remove_tfx_build(sdist)
+
+
+def _remove_tfx_build(sdist: str) -> None:
+    """Removes the temporary directory TFX built its sdist in: `<mkdtemp>/build/tfx/dist/<sdist>`
+    (dependency_utils.build_ephemeral_package); a path of another shape is left alone."""
+    dist = os.path.dirname(sdist)
+    tfx_dir = os.path.dirname(dist)
+    build_dir = os.path.dirname(tfx_dir)
+    shape = (os.path.basename(dist), os.path.basename(tfx_dir), os.path.basename(build_dir))
+    if shape == ("dist", "tfx", "build"):
+        shutil.rmtree(os.path.dirname(build_dir), ignore_errors=True)
 
 
 # Beam's bookkeeping has costs that do not depend on the data. The first two were 4.6-5.3 s of a

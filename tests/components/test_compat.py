@@ -3,6 +3,7 @@ the patches themselves."""
 
 from __future__ import annotations
 
+import os
 from importlib import metadata
 from unittest import mock
 
@@ -69,6 +70,40 @@ def test_tfx_packages_itself_only_for_runners_off_this_machine(monkeypatch):
     assert built == [flink]
     # Outside the context TFX's own behaviour is back.
     assert dependency_utils.make_beam_dependency_flags(direct)[-1].startswith("--extra_package")
+
+
+def test_tfx_s_sdist_for_runners_off_this_machine_is_built_once_and_removed_after(
+    monkeypatch, tmp_path
+):
+    """TFX builds its sdist in a temporary directory it never removes (49 MB, about 2 s) for
+    every Beam component of a Flink or Spark run: under the context the first build serves
+    every component, and its directory is gone when the run ends."""
+    import tempfile
+
+    from tfx.utils import dependency_utils
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    flink = ["--runner=FlinkRunner", "--flink_master=localhost:8081"]
+    spark = ["--runner=SparkRunner", "--spark_master_url=spark://localhost:7077"]
+    before = set(os.listdir(tmp_path))
+    with compat.no_tfx_sdist_for_direct_runner():
+        first = dependency_utils.make_beam_dependency_flags(flink)
+        second = dependency_utils.make_beam_dependency_flags(spark)
+        sdist = first[-1].split("=", 1)[1]
+        assert first == [*flink, f"--extra_package={sdist}"]
+        assert second == [*spark, f"--extra_package={sdist}"]
+        assert os.path.basename(sdist).startswith("tfx_ephemeral-")
+        assert os.path.getsize(sdist) > 1_000_000
+        made = set(os.listdir(tmp_path)) - before
+        assert len(made) == 1, made
+    assert not os.path.exists(sdist)
+    assert set(os.listdir(tmp_path)) - before == set()
+    # A flag that already names the dependencies builds nothing.
+    with compat.no_tfx_sdist_for_direct_runner():
+        staged = [*flink, "--extra_package=mine.tar.gz"]
+        assert dependency_utils.make_beam_dependency_flags(staged) == staged
+    assert set(os.listdir(tmp_path)) - before == set()
 
 
 def _keras_metric_values(examples) -> dict:
