@@ -207,17 +207,26 @@ def start_run(
     run_name: str,
     parameters: dict | None = None,
     pipeline_root: str | None = None,
+    uncached_package: str | None = None,
 ) -> Deployment:
+    """Starts a run of the uploaded version; with `uncached_package` (the same file), a run of
+    that file's spec with every task's cache off instead: KFP 2.14's v2beta1 run has no cache
+    switch of its own, so kfp.Client rewrites the spec (enable_caching=False), and such a run
+    names no pipeline version."""
     client, endpoint = connection.client, connection.endpoint
+    source = (
+        {"pipeline_package_path": uncached_package, "enable_caching": False}
+        if uncached_package
+        else {"pipeline_id": deployment.pipeline_id, "version_id": deployment.version_id}
+    )
     try:
         experiment_id = client.create_experiment(experiment).experiment_id
         run = client.run_pipeline(
             experiment_id=experiment_id,
             job_name=run_name,
-            pipeline_id=deployment.pipeline_id,
-            version_id=deployment.version_id,
             params=parameters or {},
             pipeline_root=pipeline_root,
+            **source,
         )
     except network_errors() as error:
         raise api_error(f"starting run {run_name}", endpoint, error) from error

@@ -183,6 +183,13 @@ def _add_deploy_flags(parser: argparse.ArgumentParser) -> None:
         help="pipeline parameter (e.g. data_root=gs://bucket/csv), repeatable",
     )
     parser.add_argument("--run_pipeline_root", default=None, help="override for this run")
+    parser.add_argument(
+        "--no_cache",
+        action="store_true",
+        help="with --run: every task runs, none is served from KFP's cache (the run carries the "
+        "file's spec with caching off, as kfp.Client's enable_caching=False does, so KFP links it "
+        "to no pipeline version)",
+    )
     parser.add_argument("--wait", action="store_true", help="follow the run to its end")
     parser.add_argument("--timeout", type=float, default=0, help="seconds (0: no limit)")
     parser.add_argument("--poll", type=float, default=15, help="seconds between run checks")
@@ -437,6 +444,11 @@ def run_deploy(args: argparse.Namespace, out) -> int:
 
     if args.recurring is not None:
         _check_recurring_flags(args)
+    if args.no_cache and not args.run:
+        raise config_lib.ConfigError(
+            "--no_cache applies to the run that --run starts: add --run (a recurring run's "
+            "tasks keep the file's cache settings)"
+        )
     if not os.path.isfile(args.package):
         raise config_lib.ConfigError(
             f"invalid --package {args.package}: no such file (run `compile` first)"
@@ -474,6 +486,7 @@ def run_deploy(args: argparse.Namespace, out) -> int:
         run_name=args.run_name or f"{name}-{version}",
         parameters=dict(_pairs(args.param, "--param")),
         pipeline_root=args.run_pipeline_root or package.pipeline_root,
+        uncached_package=args.package if args.no_cache else None,
     )
     out.write(f"run {deployment.run_id} started\n")
     if args.wait:

@@ -241,6 +241,48 @@ def test_a_run_is_started_with_the_root_the_file_was_compiled_for(kfp_server, pa
     assert fake.runs["run-1"]["runtime_config"]["pipeline_root"] == "gs://bucket/tfx"
 
 
+def test_no_cache_runs_the_files_spec_with_every_tasks_cache_off(kfp_server, tmp_path, capsys):
+    """--no_cache: KFP's v2beta1 run has no cache switch, so the run carries the file's spec with
+    every task's cachingOptions off (kfp.Client's enable_caching=False) and no version reference;
+    the version is still uploaded. Without --run it is one line naming the flag."""
+    fake, endpoint = kfp_server
+    path = tmp_path / "pipeline.yaml"
+    tasks = {
+        name: {
+            "taskInfo": {"name": name},
+            "componentRef": {"name": f"comp-{name}"},
+            "cachingOptions": {"enableCache": True},
+        }
+        for name in ("csvexamplegen", "trainer")
+    }
+    spec = {
+        "pipelineInfo": {"name": "penguins-pipeline"},
+        "root": {"dag": {"tasks": tasks}},
+        "schemaVersion": "2.1.0",
+        "sdkVersion": "tfx-1.16.0",
+        "deploymentSpec": {},
+        "components": {"comp-csvexamplegen": {}, "comp-trainer": {}},
+        "defaultPipelineRoot": "gs://bucket/tfx",
+    }
+    path.write_text(json.dumps(spec))
+    assert _deploy(endpoint, str(path), "--run", "--no_cache") == 0
+    run = fake.runs["run-1"]
+    assert "pipeline_version_reference" not in run or not run["pipeline_version_reference"]
+    sent = run["pipeline_spec"]["root"]["dag"]["tasks"]
+    assert {name: task["cachingOptions"] for name, task in sent.items()} == {
+        "csvexamplegen": {},  # enableCache false: proto3 JSON leaves the default out
+        "trainer": {},
+    }
+    assert run["runtime_config"]["pipeline_root"] == "gs://bucket/tfx"
+    assert any(r["path"] == f"{API}/pipelines/upload" for r in fake.requests)
+    # Without --no_cache the same file runs its uploaded version, cache settings as compiled.
+    assert _deploy(endpoint, str(path), "--run") == 0
+    assert fake.runs["run-2"]["pipeline_version_reference"]["pipeline_id"] == "pipeline-1"
+    capsys.readouterr()
+    assert _deploy(endpoint, str(path), "--no_cache") == 2
+    assert "--no_cache applies to the run that --run starts: add --run" in capsys.readouterr().err
+
+
 def test_failed_run_names_the_failed_task(kfp_server, package, capsys):
     fake, endpoint = kfp_server
     fake.run_states = ["RUNNING", "FAILED"]
