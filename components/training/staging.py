@@ -116,9 +116,7 @@ def _pod_local_strings(value: Any) -> list[str]:
 def _outermost(paths: list[str]) -> tuple[str, ...]:
     """The pod-local ones of `paths`, each once, without those inside another one."""
     local = sorted({path.rstrip("/") for path in paths if pod_local(path)})
-    return tuple(
-        path for path in local if not any(path.startswith(other + "/") for other in local)
-    )
+    return tuple(path for path in local if not any(path.startswith(other + "/") for other in local))
 
 
 @dataclasses.dataclass(frozen=True)

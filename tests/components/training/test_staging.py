@@ -154,16 +154,18 @@ def _tuner_job(local, tmp_path):
 
     examples = local / "b" / "Transform" / "transformed_examples"
     _write(examples / "Split-train" / "part-0.gz", "train")
-    _write(local / "b" / "Transform" / "transform_graph" / "transform_fn" / "saved_model.pb", "g")
+    graph = local / "b" / "Transform" / "transform_graph"
+    _write(graph / "transform_fn" / "saved_model.pb", "g")
     _write(local / "b" / "Schema" / "schema" / "schema.pbtxt", "feature {}")
     module = local / "b" / "_user_code" / "abc123"
     _write(module / "tuner_module.py", "def tuner_fn(fn_args): ...")
+    run = local / "b"
     uris = {
         "examples": (standard_artifacts.Examples, examples),
-        "transform_graph": (standard_artifacts.TransformGraph, examples.parent / "transform_graph"),
-        "schema": (standard_artifacts.Schema, local / "b" / "Schema" / "schema"),
-        "best_hyperparameters": (standard_artifacts.HyperParameters, local / "b" / "Tuner" / "best"),
-        "tuner_results": (standard_artifacts.TunerResults, local / "b" / "Tuner" / "results"),
+        "transform_graph": (standard_artifacts.TransformGraph, graph),
+        "schema": (standard_artifacts.Schema, run / "Schema" / "schema"),
+        "best_hyperparameters": (standard_artifacts.HyperParameters, run / "Tuner" / "best"),
+        "tuner_results": (standard_artifacts.TunerResults, run / "Tuner" / "results"),
     }
     artifacts = {}
     for key, (kind, uri) in uris.items():
@@ -172,8 +174,9 @@ def _tuner_job(local, tmp_path):
     properties = {
         "tuner_fn": "tuner_module.tuner_fn",
         "custom_config": "{}",
-        user_code.USER_MODULE_KEY: user_code.UserModule("tuner_module", str(module), "abc123")
-        .to_json(),
+        user_code.USER_MODULE_KEY: user_code.UserModule(
+            "tuner_module", str(module), "abc123"
+        ).to_json(),
     }
     working_dir = str(uris["tuner_results"][1] / "search")
     os.makedirs(working_dir)
@@ -188,9 +191,10 @@ def test_a_tuner_jobs_search_is_staged_and_its_results_come_back(pod, tmp_path):
     user module the exec properties name) is copied to the volume, the replicas' TunerTask names
     only the copies, and what the chief writes (TFX's best hyperparameters, the search folder
     in TunerResults) comes back to the Tuner's outputs; the staging folder is removed."""
+    from tfx.types import artifact_utils
+
     from components import user_code
     from components.tfx_components.tuner import distributed, search
-    from tfx.types import artifact_utils
 
     local, mount = pod
     task, uris, module = _tuner_job(local, tmp_path)
@@ -235,10 +239,10 @@ def test_a_failed_tuner_job_copies_nothing_back_and_removes_the_folder(pod, tmp_
     local, mount = pod
     task, _, _ = _tuner_job(local, tmp_path)
     folder = f"{mount}/{staging.STAGING_DIR}/tfx-tune-abc"
-    with pytest.raises(RuntimeError, match="the job failed"):
-        with staging.staged_task(task, "tfx-tune-abc", str(mount), "claim", "tfjob") as job_task:
-            _write(os.path.join(job_task.model_run_dir, "trial_0", "trial.json"), "{}")
-            raise RuntimeError("the job failed")
+    staged = staging.staged_task(task, "tfx-tune-abc", str(mount), "claim", "tfjob")
+    with pytest.raises(RuntimeError, match="the job failed"), staged as job_task:
+        _write(os.path.join(job_task.model_run_dir, "trial_0", "trial.json"), "{}")
+        raise RuntimeError("the job failed")
     assert not os.path.exists(os.path.join(task.model_run_dir, "trial_0"))
     assert not os.path.exists(folder)
 
