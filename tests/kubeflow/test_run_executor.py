@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 from google.protobuf import json_format
@@ -253,3 +254,123 @@ def test_a_real_tfx_executor_runs_on_local_copies_and_hands_back_store_uris(tmp_
     assert pushed["metadata"]["pushed"] == 1.0
     assert pushed["metadata"]["pushed_destination"] == str(serving / version)
     assert str(root) not in output_file.read_text()
+
+
+def test_a_failed_tasks_error_names_store_uris_and_what_was_not_uploaded(tmp_path):
+    """Text rewriting alone: a downloaded input's path is its URI; a path the task wrote is its
+    URI saying it was not uploaded (once); a text file there is printed into the log; gs://, a
+    path of another scheme and a path that only ends in /minio/... are left as they are."""
+    import io
+
+    root = tmp_path / "pod"
+    listing = root / "minio/b/run/Gen/examples-rejected_rows/rejected.jsonl"
+    listing.parent.mkdir(parents=True)
+    listing.write_text('{"file": "a.csv", "line": 2, "reason": "bad"}\n')
+    log = io.StringIO()
+    with mock.patch.dict(run_executor.LAUNCHER_PATHS, {"minio://": f"{root}/minio/"}):
+        task = run_executor.FailedTask({"minio://"}, [f"{root}/minio/b/run/Transform/graph"], log)
+        text = task.retell(
+            f"cannot read {root}/minio/b/run/Transform/graph/x.pb: listed in {listing}:\n"
+            f"  again {listing}, gs://b/x /s3/b/y /data{root}/minio/b/z"
+        )
+    store = "minio://b/run/Gen/examples-rejected_rows/rejected.jsonl"
+    assert text == (
+        "cannot read minio://b/run/Transform/graph/x.pb: listed in "
+        f"{store} (not uploaded: {run_executor.NOT_UPLOADED}; printed in full in this task's "
+        f"log above):\n  again {store}, gs://b/x /s3/b/y /data{root}/minio/b/z"
+    )
+    assert log.getvalue().splitlines() == [
+        f"kubeflow.run_executor: {store}, 46 bytes ({run_executor.NOT_UPLOADED}):",
+        '{"file": "a.csv", "line": 2, "reason": "bad"}',
+        f"kubeflow.run_executor: end of {store}",
+    ]
+
+
+def test_example_gens_rejected_rows_under_a_minio_root_name_the_uri_and_stay_in_the_log(tmp_path):
+    """ExampleGen through the entry point under a minio:// root, on a CSV with 25 bad rows of 40:
+    the error line `deploy --wait` shows names the listing's minio:// URI (not the launcher's
+    local path) and says it was not uploaded (KFP's launcher uploads nothing of a failed task),
+    and the listing is in the task's log in full (the message itself shows 20 rows)."""
+    from tfx.proto import example_gen_pb2
+    from tfx.utils import proto_utils
+
+    from kubeflow import deploy
+
+    root = tmp_path / "pod"
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [f"{i},{i * 0.5}" for i in range(15)] + [f"{i},oops{i}" for i in range(15, 40)]
+    (data / "penguins.csv").write_text("id,x\n" + "\n".join(rows) + "\n")
+    store = "minio://mlpipeline/v2/artifacts/penguins/run-1/CsvExampleGen"
+    schema = compiler_utils.get_artifact_schema(standard_artifacts.Examples).decode()
+    split = example_gen_pb2.SplitConfig.Split
+    output_config = example_gen_pb2.Output(
+        split_config=example_gen_pb2.SplitConfig(
+            splits=[split(name="train", hash_buckets=3), split(name="eval", hash_buckets=1)]
+        )
+    )
+    input_config = example_gen_pb2.Input(
+        splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*.csv")]
+    )
+    parameters = {
+        "input_base": str(data),
+        "input_config": proto_utils.proto_to_json(input_config),
+        "output_config": proto_utils.proto_to_json(output_config),
+        "num_shards": "1",
+        "column_types": json.dumps({"id": "int", "x": "float"}),
+        "max_rejected_fraction": "0.0",
+    }
+    output_file = tmp_path / "kfp_outputs" / "output_metadata.json"
+    examples = {"name": "examples", "type": {"instanceSchema": schema},
+                "uri": f"{store}/examples", "metadata": {}}  # fmt: skip
+    value = {
+        "inputs": {"parameterValues": parameters},
+        "outputs": {
+            "artifacts": {"examples": {"artifacts": [examples]}},
+            "outputFile": str(output_file),
+        },
+    }
+    spec = {name: {"parameterType": "STRING"} for name in parameters}
+    argv = [
+        "--executor_class_path",
+        "components.tfx_components.example_gen.executor.Executor",
+        "--json_serialized_invocation_args",
+        json.dumps(value),
+        "--json_serialized_inputs_spec_args",
+        json.dumps({"parameters": spec}),
+        "--direct_running_mode=in_memory",
+    ]
+    driver = (
+        "import sys\nfrom kubeflow import run_executor\n"
+        "run_executor.LAUNCHER_PATHS['minio://'] = sys.argv[1]\n"
+        "run_executor.run(['prog', *sys.argv[2:]])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", driver, f"{root}/minio/", *argv],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = deploy.error_line(done.stderr)
+    assert line is not None, done.stderr[-3000:]
+    listing = f"{store}/examples-rejected_rows/rejected.jsonl"
+    assert line.startswith(
+        "components.tfx_components.example_gen.executor.TooManyRejectedRowsError: 25 of 40 CSV "
+        "row(s) rejected"
+    ), line
+    assert (
+        f"all are listed in {listing} (not uploaded: KFP's launcher uploads nothing of a failed "
+        "task; printed in full in this task's log above):"
+    ) in line
+    assert f"{data}/penguins.csv:17: column 'x': 'oops15' is not a float" in line
+    assert str(root) not in line
+    # The whole listing is in the log, above the error: all 25 rows, file:line and reason.
+    log = done.stderr.splitlines()
+    start = log.index(next(x for x in log if x.startswith(f"kubeflow.run_executor: {listing}, ")))
+    end = log.index(f"kubeflow.run_executor: end of {listing}")
+    printed = [json.loads(x) for x in log[start + 1 : end]]
+    assert sorted(row["line"] for row in printed) == list(range(17, 42))
+    assert {row["file"] for row in printed} == {f"{data}/penguins.csv"}
+    assert end < log.index(next(x for x in log if x.startswith("components.tfx_components.")))
