@@ -371,6 +371,14 @@ def check_storage(config: PipelineConfig, kubeflow: KubeflowConfig) -> None:
             "copies in the Trainer's pod, which the job's pods cannot read; give --pvc_name "
             "and --mount_path (a volume the Trainer stages them on for the job)"
         )
+    if launcher_root and tuning.job_launcher(config) is not None and not kubeflow.pvc_name:
+        raise ConfigError(
+            f"invalid --launcher {config.training.launcher.KIND} with --tune_workers "
+            f"{config.tuning.workers}: under the pipeline root {config.pipeline_root} the "
+            "Tuner's inputs exist only as KFP's launcher's copies in the Tuner's pod, which the "
+            "job's pods cannot read; give --pvc_name and --mount_path (a volume the Tuner stages "
+            "them on for the job), or keep its workers in the Tuner's pod (--launcher local)"
+        )
     serving = config.serving_model_dir
     if not (OBJECT_STORE_ROOT.match(serving) or _on_volume(serving, kubeflow)):
         where = f" or a path under --mount_path {kubeflow.mount_path}" if kubeflow.pvc_name else ""
