@@ -63,6 +63,7 @@ LAUNCHER_PATHS = {"minio://": "/minio/", "s3://": "/s3/"}
 # The most of one file a failed task prints into its log (more is said, not printed).
 PRINT_LIMIT_BYTES = 8 * 2**20
 NOT_UPLOADED = "KFP's launcher uploads nothing of a failed task"
+OUTSIDE_OUTPUTS = "KFP's launcher uploads only each output artifact's own folder"
 
 
 class TypeRestoreError(ValueError):
@@ -171,12 +172,26 @@ def to_store_uris(executor_output: dict[str, Any], schemes: set[str]) -> dict[st
     return restored
 
 
-def restore_output_file(path: str, schemes: set[str]) -> None:
-    """Rewrites the executor output TFX wrote at `path` with object-store URIs."""
+def restore_output_file(
+    path: str, schemes: set[str], inputs: list[str] | None = None, log=None
+) -> None:
+    """Rewrites the executor output TFX wrote at `path` with object-store URIs. A text file its
+    artifacts' metadata names outside every output artifact's folder (ExampleGen's listing of
+    rejected rows within --max_rejected_fraction, beside its Examples) and not under a
+    downloaded input (`inputs`) is not uploaded (launcher_v2.go:536-545): it is printed in full
+    into the task's log."""
     if not schemes:
         return
     with open(path) as handle:
         written = json.load(handle)
+    artifacts = [
+        artifact
+        for listed in written.get("artifacts", {}).values()
+        for artifact in listed.get("artifacts", [])
+    ]
+    stored = [*(inputs or []), *(a.get("uri", "") for a in artifacts)]
+    beside = FailedTask(schemes, stored, log, OUTSIDE_OUTPUTS)
+    beside.retell(json.dumps([a.get("metadata", {}) for a in artifacts]))
     with open(path, "w") as handle:
         json.dump(to_store_uris(written, schemes), handle)
 
@@ -187,13 +202,17 @@ class ExecutorFailed(RuntimeError):
 
 class FailedTask:
     """Rewrites a failed executor's error text: each launcher-local path of `schemes` becomes its
-    object-store URI; one the task wrote (not under a downloaded input) says it was not
-    uploaded, and a text file there is printed in full into the task's log (`log`)."""
+    object-store URI; one outside the folders the store holds (`downloaded`: the inputs; for a
+    task that succeeded, its outputs too) says it was not uploaded (`reason`), and a text file
+    there is printed in full into the task's log (`log`)."""
 
-    def __init__(self, schemes: set[str], downloaded: list[str], log=None):
+    def __init__(
+        self, schemes: set[str], downloaded: list[str], log=None, reason: str = NOT_UPLOADED
+    ):
         self.schemes = schemes
-        self.downloaded = [path.rstrip("/") for path in downloaded]
+        self.downloaded = [path.rstrip("/") for path in downloaded if path]
         self.log = log if log is not None else sys.stderr
+        self.reason = reason
         self.told: set[str] = set()
         prefixes = "|".join(re.escape(LAUNCHER_PATHS[scheme]) for scheme in sorted(schemes))
         # A path starts after a non-path character; it ends at a space, a quote, a bracket or
@@ -215,7 +234,7 @@ class FailedTask:
             where = "printed in full in this task's log above"
         else:
             where = "it stayed in the task's pod"
-        return f"{uri} (not uploaded: {NOT_UPLOADED}; {where})"
+        return f"{uri} (not uploaded: {self.reason}; {where})"
 
     def _print(self, path: str, uri: str) -> bool:
         """The text file at `path`, into the log; False when it is none."""
@@ -228,7 +247,7 @@ class FailedTask:
             text = head.decode("utf-8")
         except (OSError, UnicodeDecodeError):
             return False
-        self.log.write(f"kubeflow.run_executor: {uri}, {size} bytes ({NOT_UPLOADED}):\n")
+        self.log.write(f"kubeflow.run_executor: {uri}, {size} bytes ({self.reason}):\n")
         self.log.write(text if text.endswith("\n") or not text else text + "\n")
         if size > len(head):
             self.log.write(
@@ -294,7 +313,7 @@ def main(parsed: tuple[argparse.Namespace, list[str]]) -> None:
             raise
         raise retold from error
     # TFX wrote it where the launcher reads it: a local file (/tmp/kfp_outputs/...).
-    restore_output_file(executor_input["outputs"]["outputFile"], schemes)
+    restore_output_file(executor_input["outputs"]["outputFile"], schemes, downloaded_paths(local))
 
 
 def run(argv: list[str] | None = None) -> None:

@@ -286,22 +286,19 @@ def test_a_failed_tasks_error_names_store_uris_and_what_was_not_uploaded(tmp_pat
     ]
 
 
-def test_example_gens_rejected_rows_under_a_minio_root_name_the_uri_and_stay_in_the_log(tmp_path):
-    """ExampleGen through the entry point under a minio:// root, on a CSV with 25 bad rows of 40:
-    the error line `deploy --wait` shows names the listing's minio:// URI (not the launcher's
-    local path) and says it was not uploaded (KFP's launcher uploads nothing of a failed task),
-    and the listing is in the task's log in full (the message itself shows 20 rows)."""
+EXAMPLE_GEN_STORE = "minio://mlpipeline/v2/artifacts/penguins/run-1/CsvExampleGen"
+
+
+def _example_gen_under_minio(tmp_path, max_rejected_fraction: str):
+    """ExampleGen through the entry point under a minio:// root (the launcher's local folder
+    under tmp_path) on a CSV with 25 bad rows of 40: (the process, the CSV's path)."""
     from tfx.proto import example_gen_pb2
     from tfx.utils import proto_utils
 
-    from kubeflow import deploy
-
-    root = tmp_path / "pod"
     data = tmp_path / "data"
     data.mkdir()
     rows = [f"{i},{i * 0.5}" for i in range(15)] + [f"{i},oops{i}" for i in range(15, 40)]
     (data / "penguins.csv").write_text("id,x\n" + "\n".join(rows) + "\n")
-    store = "minio://mlpipeline/v2/artifacts/penguins/run-1/CsvExampleGen"
     schema = compiler_utils.get_artifact_schema(standard_artifacts.Examples).decode()
     split = example_gen_pb2.SplitConfig.Split
     output_config = example_gen_pb2.Output(
@@ -318,16 +315,15 @@ def test_example_gens_rejected_rows_under_a_minio_root_name_the_uri_and_stay_in_
         "output_config": proto_utils.proto_to_json(output_config),
         "num_shards": "1",
         "column_types": json.dumps({"id": "int", "x": "float"}),
-        "max_rejected_fraction": "0.0",
+        "max_rejected_fraction": max_rejected_fraction,
     }
-    output_file = tmp_path / "kfp_outputs" / "output_metadata.json"
     examples = {"name": "examples", "type": {"instanceSchema": schema},
-                "uri": f"{store}/examples", "metadata": {}}  # fmt: skip
+                "uri": f"{EXAMPLE_GEN_STORE}/examples", "metadata": {}}  # fmt: skip
     value = {
         "inputs": {"parameterValues": parameters},
         "outputs": {
             "artifacts": {"examples": {"artifacts": [examples]}},
-            "outputFile": str(output_file),
+            "outputFile": str(tmp_path / "kfp_outputs" / "output_metadata.json"),
         },
     }
     spec = {name: {"parameterType": "STRING"} for name in parameters}
@@ -346,16 +342,35 @@ def test_example_gens_rejected_rows_under_a_minio_root_name_the_uri_and_stay_in_
         "run_executor.run(['prog', *sys.argv[2:]])\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", driver, f"{root}/minio/", *argv],
+        [sys.executable, "-c", driver, f"{tmp_path}/pod/minio/", *argv],
         capture_output=True,
         text=True,
         cwd=PROJECT_ROOT,
         timeout=600,
     )
+    return done, data / "penguins.csv"
+
+
+def _printed_listing(log_text: str, listing: str, reason: str) -> tuple[list[dict], int]:
+    """The listing the entry point printed into the log, and the line after it."""
+    log = log_text.splitlines()
+    start = log.index(next(x for x in log if x.startswith(f"kubeflow.run_executor: {listing}, ")))
+    assert log[start].endswith(f" bytes ({reason}):"), log[start]
+    end = log.index(f"kubeflow.run_executor: end of {listing}")
+    return [json.loads(x) for x in log[start + 1 : end]], end
+
+
+def test_example_gens_rejected_rows_under_a_minio_root_name_the_uri_and_stay_in_the_log(tmp_path):
+    """Too many rejects: the error line `deploy --wait` shows names the listing's minio:// URI
+    (not the launcher's local path) and says it was not uploaded (KFP's launcher uploads nothing
+    of a failed task); the listing is in the task's log in full (the message shows 20 rows)."""
+    from kubeflow import deploy
+
+    done, csv = _example_gen_under_minio(tmp_path, "0.0")
     assert done.returncode == 1, done.stderr[-3000:]
     line = deploy.error_line(done.stderr)
     assert line is not None, done.stderr[-3000:]
-    listing = f"{store}/examples-rejected_rows/rejected.jsonl"
+    listing = f"{EXAMPLE_GEN_STORE}/examples-rejected_rows/rejected.jsonl"
     assert line.startswith(
         "components.tfx_components.example_gen.executor.TooManyRejectedRowsError: 25 of 40 CSV "
         "row(s) rejected"
@@ -364,13 +379,26 @@ def test_example_gens_rejected_rows_under_a_minio_root_name_the_uri_and_stay_in_
         f"all are listed in {listing} (not uploaded: KFP's launcher uploads nothing of a failed "
         "task; printed in full in this task's log above):"
     ) in line
-    assert f"{data}/penguins.csv:17: column 'x': 'oops15' is not a float" in line
-    assert str(root) not in line
+    assert f"{csv}:17: column 'x': 'oops15' is not a float" in line
+    assert str(tmp_path / "pod") not in line
     # The whole listing is in the log, above the error: all 25 rows, file:line and reason.
-    log = done.stderr.splitlines()
-    start = log.index(next(x for x in log if x.startswith(f"kubeflow.run_executor: {listing}, ")))
-    end = log.index(f"kubeflow.run_executor: end of {listing}")
-    printed = [json.loads(x) for x in log[start + 1 : end]]
+    printed, end = _printed_listing(done.stderr, listing, run_executor.NOT_UPLOADED)
     assert sorted(row["line"] for row in printed) == list(range(17, 42))
-    assert {row["file"] for row in printed} == {f"{data}/penguins.csv"}
+    assert {row["file"] for row in printed} == {str(csv)}
+    log = done.stderr.splitlines()
     assert end < log.index(next(x for x in log if x.startswith("components.tfx_components.")))
+
+
+def test_rejects_within_the_allowed_fraction_are_printed_as_the_uri_is_not_uploaded(tmp_path):
+    """Within --max_rejected_fraction the task succeeds and its Examples record the listing's
+    minio:// URI, beside the Examples folder: the launcher uploads only that folder, so the
+    listing is printed into the task's log in full."""
+    done, csv = _example_gen_under_minio(tmp_path, "0.7")
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = json.loads((tmp_path / "kfp_outputs" / "output_metadata.json").read_text())
+    [examples] = written["artifacts"]["examples"]["artifacts"]
+    listing = f"{EXAMPLE_GEN_STORE}/examples-rejected_rows/rejected.jsonl"
+    assert examples["uri"] == f"{EXAMPLE_GEN_STORE}/examples"
+    assert examples["metadata"]["rejected_rows_uri"] == listing
+    printed, _ = _printed_listing(done.stderr, listing, run_executor.OUTSIDE_OUTPUTS)
+    assert sorted(row["line"] for row in printed) == list(range(17, 42))
