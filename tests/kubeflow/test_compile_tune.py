@@ -100,8 +100,7 @@ def test_a_tuner_job_under_a_launcher_root_needs_the_volume(capsys, tmp_path_fac
         "error: invalid --launcher tfjob with --tune_workers 2: under the pipeline root "
         "minio://mlpipeline/v2/artifacts the Tuner's inputs exist only as KFP's launcher's "
         "copies in the Tuner's pod, which the job's pods cannot read; give --pvc_name and "
-        "--mount_path (a volume the Tuner stages them on for the job), or keep its workers in "
-        "the Tuner's pod (--launcher local)"
+        "--mount_path (a volume the Tuner stages them on for the job)"
     ]
     assert not output.exists()
     volume = ("--pvc_name=shared", "--mount_path=/mnt/shared")
