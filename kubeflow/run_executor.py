@@ -44,6 +44,7 @@ stays with the pod (the KFP UI's logs, `kubectl logs`, deploy --wait's error lin
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import re
@@ -230,33 +231,37 @@ class FailedTask:
         ):
             return uri
         self.told.add(path)
-        if self._print(path, store_uri(path, self.schemes)):
-            where = "printed in full in this task's log above"
-        else:
-            where = "it stayed in the task's pod"
+        where = {
+            "full": "printed in full in this task's log above",
+            "head": f"its first {PRINT_LIMIT_BYTES} bytes are printed in this task's log above",
+            "": "it stayed in the task's pod",
+        }[self._print(path, store_uri(path, self.schemes))]
         return f"{uri} (not uploaded: {self.reason}; {where})"
 
-    def _print(self, path: str, uri: str) -> bool:
-        """The text file at `path`, into the log; False when it is none."""
+    def _print(self, path: str, uri: str) -> str:
+        """The text file at `path`, into the log: "full", "head" (cut at PRINT_LIMIT_BYTES), or
+        "" when it is none."""
         try:
             if not os.path.isfile(path):
-                return False
+                return ""
             size = os.path.getsize(path)
             with open(path, "rb") as handle:
                 head = handle.read(PRINT_LIMIT_BYTES)
-            text = head.decode("utf-8")
+            # Strict (a binary file is not printed); a character cut at the limit waits.
+            text = codecs.getincrementaldecoder("utf-8")().decode(head, size == len(head))
         except (OSError, UnicodeDecodeError):
-            return False
+            return ""
         self.log.write(f"kubeflow.run_executor: {uri}, {size} bytes ({self.reason}):\n")
         self.log.write(text if text.endswith("\n") or not text else text + "\n")
         if size > len(head):
+            rest = size - len(text.encode("utf-8"))
             self.log.write(
-                f"kubeflow.run_executor: ... {size - len(head)} more bytes of {uri} not printed "
+                f"kubeflow.run_executor: ... {rest} more bytes of {uri} not printed "
                 f"(over {PRINT_LIMIT_BYTES} bytes)\n"
             )
         self.log.write(f"kubeflow.run_executor: end of {uri}\n")
         self.log.flush()
-        return True
+        return "full" if size == len(head) else "head"
 
     def retold(self, error: Exception) -> Exception:
         """`error` with its text rewritten in place (its class stays: the line deploy --wait

@@ -289,6 +289,32 @@ def test_a_failed_tasks_error_names_store_uris_and_what_was_not_uploaded(tmp_pat
 EXAMPLE_GEN_STORE = "minio://mlpipeline/v2/artifacts/penguins/run-1/CsvExampleGen"
 
 
+def test_a_large_or_binary_file_is_said_to_be_cut_or_left_in_the_pod(tmp_path):
+    import io
+
+    root = tmp_path / "pod"
+    (root / "minio/b/out").mkdir(parents=True)
+    (root / "minio/b/out/big.jsonl").write_text("é" * 10)  # 20 bytes of UTF-8
+    (root / "minio/b/out/model.pb").write_bytes(b"\xff\xfe\x00graph")
+    log = io.StringIO()
+    with (
+        mock.patch.dict(run_executor.LAUNCHER_PATHS, {"minio://": f"{root}/minio/"}),
+        mock.patch.object(run_executor, "PRINT_LIMIT_BYTES", 7),
+    ):
+        task = run_executor.FailedTask({"minio://"}, [], log)
+        text = task.retell(f"see {root}/minio/b/out/big.jsonl and {root}/minio/b/out/model.pb")
+    assert text == (
+        f"see minio://b/out/big.jsonl (not uploaded: {run_executor.NOT_UPLOADED}; its first 7 "
+        "bytes are printed in this task's log above) and minio://b/out/model.pb (not uploaded: "
+        f"{run_executor.NOT_UPLOADED}; it stayed in the task's pod)"
+    )
+    assert log.getvalue().splitlines()[1:3] == [
+        "ééé",  # 7 bytes read, the 4th character cut: left out
+        "kubeflow.run_executor: ... 14 more bytes of minio://b/out/big.jsonl not printed (over 7 "
+        "bytes)",
+    ]
+
+
 def _example_gen_under_minio(tmp_path, max_rejected_fraction: str):
     """ExampleGen through the entry point under a minio:// root (the launcher's local folder
     under tmp_path) on a CSV with 25 bad rows of 40: (the process, the CSV's path)."""
