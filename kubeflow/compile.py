@@ -363,13 +363,16 @@ def check_storage(config: PipelineConfig, kubeflow: KubeflowConfig) -> None:
     no launcher moves (the serving directory, which the Pusher writes and BaselineModel reads;
     data; the user's module) is gs:// or a path on the mounted volume."""
     check_pipeline_root(config.pipeline_root)
-    launcher_root = LAUNCHER_ROOT.match(config.pipeline_root)
-    if launcher_root and not trains_in_trainer_pod(config) and not kubeflow.pvc_name:
+    # A job's pods cannot read KFP's launcher's copies in the Trainer's (Tuner's) own pod.
+    job = "Tuner" if tuning.job_launcher(config) is not None else ""
+    job = "Trainer" if not trains_in_trainer_pod(config) else job
+    if LAUNCHER_ROOT.match(config.pipeline_root) and job and not kubeflow.pvc_name:
+        tune = f" with --tune_workers {config.tuning.workers}" if job == "Tuner" else ""
         raise ConfigError(
-            f"invalid --launcher {config.training.launcher.KIND}: under the pipeline root "
-            f"{config.pipeline_root} the Trainer's inputs exist only as KFP's launcher's "
-            "copies in the Trainer's pod, which the job's pods cannot read; give --pvc_name "
-            "and --mount_path (a volume the Trainer stages them on for the job)"
+            f"invalid --launcher {config.training.launcher.KIND}{tune}: under the pipeline root "
+            f"{config.pipeline_root} the {job}'s inputs exist only as KFP's launcher's copies "
+            f"in the {job}'s pod, which the job's pods cannot read; give --pvc_name and "
+            f"--mount_path (a volume the {job} stages them on for the job)"
         )
     serving = config.serving_model_dir
     if not (OBJECT_STORE_ROOT.match(serving) or _on_volume(serving, kubeflow)):

@@ -30,12 +30,24 @@ and the executor output TFX writes gets the original URIs back: the launcher tak
 URI from it (:532 mergeRuntimeArtifacts) and uploads from LocalPathForURI(URI), so a local path
 there would skip the upload. String metadata naming a mapped path (an artifact recording
 another's URI) is mapped back too. gs:// is left as it is (TensorFlow reads it).
+
+A failed executor's error names the object-store URIs too (it is the line `run_kubeflow.py deploy
+--wait` shows for the task), in place of the launcher's local paths. What the failed task wrote
+is not in the store: the launcher uploads outputs only after the command succeeded (execute()
+returns the command's error at launcher_v2.go:505-507, executeV2 returns it at :363-365, before
+uploadOutputArtifacts at :380), and then only each output artifact's own folder (:536-545). So a
+path the error names that is not a downloaded input says so, and a text file there (ExampleGen's
+rejected-rows listing, beside its Examples folder) is printed in full in the task's log, which
+stays with the pod (the KFP UI's logs, `kubectl logs`, deploy --wait's error line).
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import os
+import re
 import sys
 from typing import Any
 
@@ -47,6 +59,12 @@ EXECUTOR_LOGS = "executor-logs"
 GENERIC_PREFIX = "system."
 # The launcher's local copies of object-store URIs TensorFlow cannot open (launcher_v2.go:886).
 LAUNCHER_PATHS = {"minio://": "/minio/", "s3://": "/s3/"}
+
+
+# The most of one file a failed task prints into its log (more is said, not printed).
+PRINT_LIMIT_BYTES = 8 * 2**20
+NOT_UPLOADED = "KFP's launcher uploads nothing of a failed task"
+OUTSIDE_OUTPUTS = "KFP's launcher uploads only each output artifact's own folder"
 
 
 class TypeRestoreError(ValueError):
@@ -155,14 +173,121 @@ def to_store_uris(executor_output: dict[str, Any], schemes: set[str]) -> dict[st
     return restored
 
 
-def restore_output_file(path: str, schemes: set[str]) -> None:
-    """Rewrites the executor output TFX wrote at `path` with object-store URIs."""
+def restore_output_file(
+    path: str, schemes: set[str], inputs: list[str] | None = None, log=None
+) -> None:
+    """Rewrites the executor output TFX wrote at `path` with object-store URIs. A text file its
+    artifacts' metadata names outside every output artifact's folder (ExampleGen's listing of
+    rejected rows within --max_rejected_fraction, beside its Examples) and not under a
+    downloaded input (`inputs`) is not uploaded (launcher_v2.go:536-545): it is printed in full
+    into the task's log."""
     if not schemes:
         return
     with open(path) as handle:
         written = json.load(handle)
+    artifacts = [
+        artifact
+        for listed in written.get("artifacts", {}).values()
+        for artifact in listed.get("artifacts", [])
+    ]
+    stored = [*(inputs or []), *(a.get("uri", "") for a in artifacts)]
+    beside = FailedTask(schemes, stored, log, OUTSIDE_OUTPUTS)
+    beside.retell(json.dumps([a.get("metadata", {}) for a in artifacts]))
     with open(path, "w") as handle:
         json.dump(to_store_uris(written, schemes), handle)
+
+
+class ExecutorFailed(RuntimeError):
+    """A failed executor's error whose text could not be rewritten in place."""
+
+
+class FailedTask:
+    """Rewrites a failed executor's error text: each launcher-local path of `schemes` becomes its
+    object-store URI; one outside the folders the store holds (`downloaded`: the inputs; for a
+    task that succeeded, its outputs too) says it was not uploaded (`reason`), and a text file
+    there is printed in full into the task's log (`log`)."""
+
+    def __init__(
+        self, schemes: set[str], downloaded: list[str], log=None, reason: str = NOT_UPLOADED
+    ):
+        self.schemes = schemes
+        self.downloaded = [path.rstrip("/") for path in downloaded if path]
+        self.log = log if log is not None else sys.stderr
+        self.reason = reason
+        self.told: set[str] = set()
+        prefixes = "|".join(re.escape(LAUNCHER_PATHS[scheme]) for scheme in sorted(schemes))
+        # A path starts after a non-path character; it ends at a space, a quote, a bracket or
+        # punctuation that follows paths in messages (`path:11:`, `path, ...`).
+        self.pattern = re.compile(rf"(?<![\w.\-/])(?:{prefixes})[^\s'\"()\[\]{{}},;:]*")
+
+    def retell(self, text: str) -> str:
+        return self.pattern.sub(self._uri, text)
+
+    def _uri(self, match: re.Match) -> str:
+        path = match.group(0).rstrip(".")
+        uri = store_uri(path, self.schemes) + match.group(0)[len(path) :]
+        if path in self.told or any(
+            path == root or path.startswith(root + "/") for root in self.downloaded
+        ):
+            return uri
+        self.told.add(path)
+        where = {
+            "full": "printed in full in this task's log above",
+            "head": f"its first {PRINT_LIMIT_BYTES} bytes are printed in this task's log above",
+            "": "it stayed in the task's pod",
+        }[self._print(path, store_uri(path, self.schemes))]
+        return f"{uri} (not uploaded: {self.reason}; {where})"
+
+    def _print(self, path: str, uri: str) -> str:
+        """The text file at `path`, into the log: "full", "head" (cut at PRINT_LIMIT_BYTES), or
+        "" when it is none."""
+        try:
+            if not os.path.isfile(path):
+                return ""
+            size = os.path.getsize(path)
+            with open(path, "rb") as handle:
+                head = handle.read(PRINT_LIMIT_BYTES)
+            # Strict (a binary file is not printed); a character cut at the limit waits.
+            text = codecs.getincrementaldecoder("utf-8")().decode(head, size == len(head))
+        except (OSError, UnicodeDecodeError):
+            return ""
+        self.log.write(f"kubeflow.run_executor: {uri}, {size} bytes ({self.reason}):\n")
+        self.log.write(text if text.endswith("\n") or not text else text + "\n")
+        if size > len(head):
+            rest = size - len(text.encode("utf-8"))
+            self.log.write(
+                f"kubeflow.run_executor: ... {rest} more bytes of {uri} not printed "
+                f"(over {PRINT_LIMIT_BYTES} bytes)\n"
+            )
+        self.log.write(f"kubeflow.run_executor: end of {uri}\n")
+        self.log.flush()
+        return "full" if size == len(head) else "head"
+
+    def retold(self, error: Exception) -> Exception:
+        """`error` with its text rewritten in place (its class stays: the line deploy --wait
+        shows names it), or an ExecutorFailed when its class makes its own text."""
+        error.args = tuple(self.retell(a) if isinstance(a, str) else a for a in error.args)
+        if isinstance(error, OSError):
+            for name in ("filename", "filename2"):
+                if isinstance(getattr(error, name, None), str):
+                    setattr(error, name, self.retell(getattr(error, name)))
+        text = str(error)
+        if not self.pattern.search(text):
+            return error
+        kind = type(error)
+        return ExecutorFailed(f"{kind.__module__}.{kind.__qualname__}: {self.retell(text)}")
+
+
+def downloaded_paths(executor_input: dict[str, Any]) -> list[str]:
+    """The launcher-local paths of the input artifacts (JSON form, after to_local_paths)."""
+    prefixes = tuple(LAUNCHER_PATHS.values())
+    listed = executor_input.get("inputs", {}).get("artifacts", {}).values()
+    return [
+        artifact["uri"]
+        for entry in listed
+        for artifact in entry.get("artifacts", [])
+        if artifact.get("uri", "").startswith(prefixes)
+    ]
 
 
 def parse_flags(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -183,9 +308,17 @@ def main(parsed: tuple[argparse.Namespace, list[str]]) -> None:
     restored = restore_types(executor_input, inputs_spec, args.executor_class_path)
     local, schemes = to_local_paths(restored)
     args.json_serialized_invocation_args = json.dumps(local)
-    kubeflow_v2_run_executor.main((args, beam_args))
+    try:
+        kubeflow_v2_run_executor.main((args, beam_args))
+    except Exception as error:
+        if not schemes:
+            raise
+        retold = FailedTask(schemes, downloaded_paths(local)).retold(error)
+        if retold is error:
+            raise
+        raise retold from error
     # TFX wrote it where the launcher reads it: a local file (/tmp/kfp_outputs/...).
-    restore_output_file(executor_input["outputs"]["outputFile"], schemes)
+    restore_output_file(executor_input["outputs"]["outputFile"], schemes, downloaded_paths(local))
 
 
 def run(argv: list[str] | None = None) -> None:

@@ -288,42 +288,11 @@ def test_launcher_path_runs_the_search_as_a_jobs_workers(built_in, tmp_path):
     and 2 are tuners 0 and 1. On the built-in run's Transform output: 4 trials, all completed
     and kept in the TunerResults output (the search folder the job's pods share), TFX's best
     point written by the chief and recorded with the launcher on the artifact."""
-    from tfx.dsl.components.base import base_executor
-    from tfx.types import standard_artifacts
-
     from components.tfx_components.tuner import executor
 
     sandbox, first = built_in
     assert first.returncode == 0, pages.explain(first)
-    found = _tuner_execution(sandbox.output_root)
-    kinds = {
-        "examples": standard_artifacts.Examples,
-        "schema": standard_artifacts.Schema,
-        "transform_graph": standard_artifacts.TransformGraph,
-    }
-    inputs = {}
-    for key, uri in found["inputs"].items():
-        artifact = kinds[key]()
-        artifact.uri = uri
-        if key == "examples":
-            artifact.split_names = json.dumps(["train", "eval"])
-        inputs[key] = [artifact]
-    best = standard_artifacts.HyperParameters()
-    best.uri = str(tmp_path / "best_hyperparameters")
-    results = standard_artifacts.TunerResults()
-    results.uri = str(tmp_path / "tuner_results")
-    for artifact in (best, results):
-        os.makedirs(artifact.uri)
-    properties = dict(found["exec_properties"])
-    custom_config = json.loads(properties["custom_config"])
-    custom_config["tuning"] = {
-        "max_trials": 4, "workers": 2, "max_restarts": 0, "launcher": {"kind": "local"},
-    }  # fmt: skip
-    properties["custom_config"] = json.dumps(custom_config)
-    context = base_executor.BaseExecutor.Context(tmp_dir=str(tmp_path / "tmp"), unique_id="1")
-    executor.Executor(context).Do(
-        inputs, {"best_hyperparameters": [best], "tuner_results": [results]}, properties
-    )
+    best, results = _search_on_the_local_launcher(sandbox.output_root, tmp_path, tmp_path)
     search = os.path.join(results.uri, executor.SEARCH_DIR)
     assert not os.path.exists(tmp_path / "tmp" / executor.SEARCH_DIR)
     assert _trial_states(search) == ["COMPLETED"] * 4
@@ -338,3 +307,99 @@ def test_launcher_path_runs_the_search_as_a_jobs_workers(built_in, tmp_path):
     assert best.get_float_custom_property("best_score") == pytest.approx(
         min(t["score"] for t in scores), rel=1e-5
     )
+
+
+def _search_on_the_local_launcher(output_root, tmp_path, artifacts_root):
+    """The Tuner's executor on the built-in run's Tuner inputs (copied under `artifacts_root`
+    when it is not `tmp_path`), 4 trials by 2 workers and the chief as a job of the Trainer's
+    local launcher; its outputs under `artifacts_root`. Returns (best, results) artifacts."""
+    import shutil
+
+    from tfx.dsl.components.base import base_executor
+    from tfx.types import standard_artifacts
+
+    from components.tfx_components.tuner import executor
+
+    found = _tuner_execution(output_root)
+    kinds = {
+        "examples": standard_artifacts.Examples,
+        "schema": standard_artifacts.Schema,
+        "transform_graph": standard_artifacts.TransformGraph,
+    }
+    inputs = {}
+    for key, uri in found["inputs"].items():
+        artifact = kinds[key]()
+        artifact.uri = uri
+        if artifacts_root != tmp_path:
+            artifact.uri = str(artifacts_root / "inputs" / key)
+            shutil.copytree(uri, artifact.uri)
+        if key == "examples":
+            artifact.split_names = json.dumps(["train", "eval"])
+        inputs[key] = [artifact]
+    best = standard_artifacts.HyperParameters()
+    best.uri = str(artifacts_root / "best_hyperparameters")
+    results = standard_artifacts.TunerResults()
+    results.uri = str(artifacts_root / "tuner_results")
+    for artifact in (best, results):
+        os.makedirs(artifact.uri)
+    properties = dict(found["exec_properties"])
+    custom_config = json.loads(properties["custom_config"])
+    custom_config["tuning"] = {
+        "max_trials": 4, "workers": 2, "max_restarts": 0, "launcher": {"kind": "local"},
+    }  # fmt: skip
+    properties["custom_config"] = json.dumps(custom_config)
+    context = base_executor.BaseExecutor.Context(tmp_dir=str(tmp_path / "tmp"), unique_id="1")
+    executor.Executor(context).Do(
+        inputs, {"best_hyperparameters": [best], "tuner_results": [results]}, properties
+    )
+    return best, results
+
+
+def test_a_search_staged_on_the_volume_runs_as_a_jobs_workers(built_in, tmp_path):
+    """--tune_workers 2 with --launcher tfjob|trainjob under a minio:// root, with the Trainer's
+    local launcher in the operator's place: the Tuner's inputs and outputs are KFP's launcher's
+    local copies (here a folder patched in as /minio/), which the job's workers cannot see (the
+    folder is moved away while they run); the search is staged on the volume as the Kubernetes
+    launchers stage it (staging.staged_task), its 4 trials run there, and TFX's best point and
+    the trials come back to the Tuner's outputs; the staging folder is gone."""
+    from unittest import mock
+
+    from components.tfx_components.tuner import executor
+    from components.training import kubernetes_job, launchers, staging
+
+    sandbox, first = built_in
+    assert first.returncode == 0, pages.explain(first)
+    pod, mount = tmp_path / "minio", tmp_path / "volume"
+    mount.mkdir()
+    create = launchers.create
+    seen = []
+
+    class StagingLocalLauncher:
+        """The local launcher behind the Kubernetes launchers' staging."""
+
+        def __init__(self, settings):
+            self.inner = create(settings)
+
+        def run(self, spec, task):
+            name = kubernetes_job.job_name(task)
+            with staging.staged_task(task, name, str(mount), "claim", "tfjob") as job_task:
+                seen.append(job_task)
+                os.rename(pod, tmp_path / "out-of-sight")
+                try:
+                    self.inner.run(spec, job_task)
+                finally:
+                    os.rename(tmp_path / "out-of-sight", pod)
+
+    with (
+        mock.patch.object(staging, "POD_LOCAL_PREFIXES", (f"{pod}/",)),
+        mock.patch.object(launchers, "create", StagingLocalLauncher),
+    ):
+        best, results = _search_on_the_local_launcher(sandbox.output_root, tmp_path, pod)
+    [job_task] = seen
+    assert job_task.tuner_task.startswith(f"{mount}/{staging.STAGING_DIR}/tfx-tune-")
+    assert _trial_states(os.path.join(results.uri, executor.SEARCH_DIR)) == ["COMPLETED"] * 4
+    with open(os.path.join(best.uri, "best_hyperparameters.txt")) as handle:
+        point = json.load(handle)["values"]
+    assert set(point) == {"width", "depth", "learning_rate", "dropout"}
+    assert best.get_int_custom_property("trials") == 4
+    assert os.listdir(mount / staging.STAGING_DIR) == []

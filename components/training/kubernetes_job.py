@@ -329,11 +329,9 @@ class KubernetesJobLauncher:
 
         name = job_name(task)
         # KFP's launcher's local copies (a minio:// or s3:// root) onto the job's volume.
-        staged = staging.stage(
+        with staging.staged_task(
             task, name, self.settings.mount_path, self.settings.pvc_name, self.KIND
-        )
-        try:
-            job_task = staged.task if staged else task
+        ) as job_task:
             task_dir = os.path.join(job_task.model_run_dir, self.KIND.lower())
             tf.io.gfile.makedirs(task_dir)
             task_uri = os.path.join(task_dir, "task.json")
@@ -341,11 +339,6 @@ class KubernetesJobLauncher:
             placement = self.placement()
             self.preflight(spec, placement)
             self.run_manifest(self.manifest(name, spec, task_uri, placement), placement)
-            if staged:
-                staged.copy_back()
-        finally:
-            if staged:
-                staged.remove()
 
     def run_manifest(self, manifest: dict, placement: Placement) -> None:
         name = manifest["metadata"]["name"]

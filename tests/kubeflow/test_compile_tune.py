@@ -82,3 +82,32 @@ def test_tuner_workers_use_the_trainers_tfjob_launcher(tmp_path_factory):
     config = json.loads(_task_parameter(spec, "Tuner", "custom_config"))
     assert "launcher" not in config["tuning"]
     assert _container(spec, "Tuner").resources.accelerator.count == 1
+
+
+def test_a_tuner_job_under_a_launcher_root_needs_the_volume(capsys, tmp_path_factory):
+    """Under minio:// the Tuner's inputs are KFP's launcher's copies in its own pod: the job's
+    pods read them staged on the volume (components.training.staging), so without --pvc_name
+    compile refuses in one line; with it the Tuner's job settings carry the volume."""
+    from kubeflow import run_kubeflow
+    from tests.kubeflow.test_compile import IMAGE
+
+    minio = "--pipeline_root=minio://mlpipeline/v2/artifacts"
+    tune = ("--tune", "--tune_workers=2", "--max_trials=4")
+    output = tmp_path_factory.mktemp("refused") / "p.yaml"
+    argv = ["compile", minio, f"--image={IMAGE}", f"--gpu_image={GPU_IMAGE}", f"--output={output}"]
+    assert run_kubeflow.main([*argv, *tune]) == run_kubeflow.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: invalid --launcher tfjob with --tune_workers 2: under the pipeline root "
+        "minio://mlpipeline/v2/artifacts the Tuner's inputs exist only as KFP's launcher's "
+        "copies in the Tuner's pod, which the job's pods cannot read; give --pvc_name and "
+        "--mount_path (a volume the Tuner stages them on for the job)"
+    ]
+    assert not output.exists()
+    volume = ("--pvc_name=shared", "--mount_path=/mnt/shared")
+    serving = "--serving_model_dir=/mnt/shared/serving"
+    spec, _, _ = _compile(tmp_path_factory, "tune-minio", minio, *volume, serving, *tune)
+    launcher = json.loads(_task_parameter(spec, "Tuner", "custom_config"))["tuning"]["launcher"]
+    assert (launcher["pvc_name"], launcher["mount_path"]) == ("shared", "/mnt/shared")
+    # --launcher local keeps the workers in the Tuner's pod: nothing to stage, no volume needed.
+    gcs = "--serving_model_dir=gs://bucket/serving"
+    _compile(tmp_path_factory, "tune-minio-local", minio, gcs, *tune, "--launcher=local")

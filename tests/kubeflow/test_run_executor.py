@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 from google.protobuf import json_format
@@ -253,3 +254,177 @@ def test_a_real_tfx_executor_runs_on_local_copies_and_hands_back_store_uris(tmp_
     assert pushed["metadata"]["pushed"] == 1.0
     assert pushed["metadata"]["pushed_destination"] == str(serving / version)
     assert str(root) not in output_file.read_text()
+
+
+def test_a_failed_tasks_error_names_store_uris_and_what_was_not_uploaded(tmp_path):
+    """Text rewriting alone: a downloaded input's path is its URI; a path the task wrote is its
+    URI saying it was not uploaded (once); a text file there is printed into the log; gs://, a
+    path of another scheme and a path that only ends in /minio/... are left as they are."""
+    import io
+
+    root = tmp_path / "pod"
+    listing = root / "minio/b/run/Gen/examples-rejected_rows/rejected.jsonl"
+    listing.parent.mkdir(parents=True)
+    listing.write_text('{"file": "a.csv", "line": 2, "reason": "bad"}\n')
+    log = io.StringIO()
+    with mock.patch.dict(run_executor.LAUNCHER_PATHS, {"minio://": f"{root}/minio/"}):
+        task = run_executor.FailedTask({"minio://"}, [f"{root}/minio/b/run/Transform/graph"], log)
+        text = task.retell(
+            f"cannot read {root}/minio/b/run/Transform/graph/x.pb: listed in {listing}:\n"
+            f"  again {listing}, gs://b/x /s3/b/y /data{root}/minio/b/z"
+        )
+    store = "minio://b/run/Gen/examples-rejected_rows/rejected.jsonl"
+    assert text == (
+        "cannot read minio://b/run/Transform/graph/x.pb: listed in "
+        f"{store} (not uploaded: {run_executor.NOT_UPLOADED}; printed in full in this task's "
+        f"log above):\n  again {store}, gs://b/x /s3/b/y /data{root}/minio/b/z"
+    )
+    assert log.getvalue().splitlines() == [
+        f"kubeflow.run_executor: {store}, 46 bytes ({run_executor.NOT_UPLOADED}):",
+        '{"file": "a.csv", "line": 2, "reason": "bad"}',
+        f"kubeflow.run_executor: end of {store}",
+    ]
+
+
+EXAMPLE_GEN_STORE = "minio://mlpipeline/v2/artifacts/penguins/run-1/CsvExampleGen"
+
+
+def test_a_large_or_binary_file_is_said_to_be_cut_or_left_in_the_pod(tmp_path):
+    import io
+
+    root = tmp_path / "pod"
+    (root / "minio/b/out").mkdir(parents=True)
+    (root / "minio/b/out/big.jsonl").write_text("é" * 10)  # 20 bytes of UTF-8
+    (root / "minio/b/out/model.pb").write_bytes(b"\xff\xfe\x00graph")
+    log = io.StringIO()
+    with (
+        mock.patch.dict(run_executor.LAUNCHER_PATHS, {"minio://": f"{root}/minio/"}),
+        mock.patch.object(run_executor, "PRINT_LIMIT_BYTES", 7),
+    ):
+        task = run_executor.FailedTask({"minio://"}, [], log)
+        text = task.retell(f"see {root}/minio/b/out/big.jsonl and {root}/minio/b/out/model.pb")
+    assert text == (
+        f"see minio://b/out/big.jsonl (not uploaded: {run_executor.NOT_UPLOADED}; its first 7 "
+        "bytes are printed in this task's log above) and minio://b/out/model.pb (not uploaded: "
+        f"{run_executor.NOT_UPLOADED}; it stayed in the task's pod)"
+    )
+    assert log.getvalue().splitlines()[1:3] == [
+        "ééé",  # 7 bytes read, the 4th character cut: left out
+        "kubeflow.run_executor: ... 14 more bytes of minio://b/out/big.jsonl not printed (over 7 "
+        "bytes)",
+    ]
+
+
+def _example_gen_under_minio(tmp_path, max_rejected_fraction: str):
+    """ExampleGen through the entry point under a minio:// root (the launcher's local folder
+    under tmp_path) on a CSV with 25 bad rows of 40: (the process, the CSV's path)."""
+    from tfx.proto import example_gen_pb2
+    from tfx.utils import proto_utils
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [f"{i},{i * 0.5}" for i in range(15)] + [f"{i},oops{i}" for i in range(15, 40)]
+    (data / "penguins.csv").write_text("id,x\n" + "\n".join(rows) + "\n")
+    schema = compiler_utils.get_artifact_schema(standard_artifacts.Examples).decode()
+    split = example_gen_pb2.SplitConfig.Split
+    output_config = example_gen_pb2.Output(
+        split_config=example_gen_pb2.SplitConfig(
+            splits=[split(name="train", hash_buckets=3), split(name="eval", hash_buckets=1)]
+        )
+    )
+    input_config = example_gen_pb2.Input(
+        splits=[example_gen_pb2.Input.Split(name="single_split", pattern="*.csv")]
+    )
+    parameters = {
+        "input_base": str(data),
+        "input_config": proto_utils.proto_to_json(input_config),
+        "output_config": proto_utils.proto_to_json(output_config),
+        "num_shards": "1",
+        "column_types": json.dumps({"id": "int", "x": "float"}),
+        "max_rejected_fraction": max_rejected_fraction,
+    }
+    examples = {"name": "examples", "type": {"instanceSchema": schema},
+                "uri": f"{EXAMPLE_GEN_STORE}/examples", "metadata": {}}  # fmt: skip
+    value = {
+        "inputs": {"parameterValues": parameters},
+        "outputs": {
+            "artifacts": {"examples": {"artifacts": [examples]}},
+            "outputFile": str(tmp_path / "kfp_outputs" / "output_metadata.json"),
+        },
+    }
+    spec = {name: {"parameterType": "STRING"} for name in parameters}
+    argv = [
+        "--executor_class_path",
+        "components.tfx_components.example_gen.executor.Executor",
+        "--json_serialized_invocation_args",
+        json.dumps(value),
+        "--json_serialized_inputs_spec_args",
+        json.dumps({"parameters": spec}),
+        "--direct_running_mode=in_memory",
+    ]
+    driver = (
+        "import sys\nfrom kubeflow import run_executor\n"
+        "run_executor.LAUNCHER_PATHS['minio://'] = sys.argv[1]\n"
+        "run_executor.run(['prog', *sys.argv[2:]])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", driver, f"{tmp_path}/pod/minio/", *argv],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=600,
+    )
+    return done, data / "penguins.csv"
+
+
+def _printed_listing(log_text: str, listing: str, reason: str) -> tuple[list[dict], int]:
+    """The listing the entry point printed into the log, and the line after it."""
+    log = log_text.splitlines()
+    start = log.index(next(x for x in log if x.startswith(f"kubeflow.run_executor: {listing}, ")))
+    assert log[start].endswith(f" bytes ({reason}):"), log[start]
+    end = log.index(f"kubeflow.run_executor: end of {listing}")
+    return [json.loads(x) for x in log[start + 1 : end]], end
+
+
+def test_example_gens_rejected_rows_under_a_minio_root_name_the_uri_and_stay_in_the_log(tmp_path):
+    """Too many rejects: the error line `deploy --wait` shows names the listing's minio:// URI
+    (not the launcher's local path) and says it was not uploaded (KFP's launcher uploads nothing
+    of a failed task); the listing is in the task's log in full (the message shows 20 rows)."""
+    from kubeflow import deploy
+
+    done, csv = _example_gen_under_minio(tmp_path, "0.0")
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = deploy.error_line(done.stderr)
+    assert line is not None, done.stderr[-3000:]
+    listing = f"{EXAMPLE_GEN_STORE}/examples-rejected_rows/rejected.jsonl"
+    assert line.startswith(
+        "components.tfx_components.example_gen.executor.TooManyRejectedRowsError: 25 of 40 CSV "
+        "row(s) rejected"
+    ), line
+    assert (
+        f"all are listed in {listing} (not uploaded: KFP's launcher uploads nothing of a failed "
+        "task; printed in full in this task's log above):"
+    ) in line
+    assert f"{csv}:17: column 'x': 'oops15' is not a float" in line
+    assert str(tmp_path / "pod") not in line
+    # The whole listing is in the log, above the error: all 25 rows, file:line and reason.
+    printed, end = _printed_listing(done.stderr, listing, run_executor.NOT_UPLOADED)
+    assert sorted(row["line"] for row in printed) == list(range(17, 42))
+    assert {row["file"] for row in printed} == {str(csv)}
+    log = done.stderr.splitlines()
+    assert end < log.index(next(x for x in log if x.startswith("components.tfx_components.")))
+
+
+def test_rejects_within_the_allowed_fraction_are_printed_as_the_uri_is_not_uploaded(tmp_path):
+    """Within --max_rejected_fraction the task succeeds and its Examples record the listing's
+    minio:// URI, beside the Examples folder: the launcher uploads only that folder, so the
+    listing is printed into the task's log in full."""
+    done, csv = _example_gen_under_minio(tmp_path, "0.7")
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = json.loads((tmp_path / "kfp_outputs" / "output_metadata.json").read_text())
+    [examples] = written["artifacts"]["examples"]["artifacts"]
+    listing = f"{EXAMPLE_GEN_STORE}/examples-rejected_rows/rejected.jsonl"
+    assert examples["uri"] == f"{EXAMPLE_GEN_STORE}/examples"
+    assert examples["metadata"]["rejected_rows_uri"] == listing
+    printed, _ = _printed_listing(done.stderr, listing, run_executor.OUTSIDE_OUTPUTS)
+    assert sorted(row["line"] for row in printed) == list(range(17, 42))

@@ -224,9 +224,11 @@ def run_on_launcher(
     """The search as a job of the Trainer's launcher (`launcher`: its settings, kind tfjob or
     trainjob; components.training.tuner_job): worker 0 of the job is the oracle chief, workers
     1..N the tuners. The launcher creates the job, reports its pods while it waits, and fails
-    with a failed pod's reason and last lines; working_dir must be storage the job's pods share
-    (the Tuner's output). Returns the chief's summary; restarts: None (the operator restarts
-    pods, which the launcher's progress lines report)."""
+    with a failed pod's reason and last lines; working_dir is storage the job's pods share (the
+    Tuner's output), or KFP's launcher's local copy under a minio:// or s3:// root, which the
+    Kubernetes launchers stage on the job's volume and copy back (components.training.staging).
+    Returns the chief's summary; restarts: None (the operator restarts pods, which the
+    launcher's progress lines report)."""
     import tensorflow as tf
 
     from components.training import cluster, launchers, tuner_job

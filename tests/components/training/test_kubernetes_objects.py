@@ -280,8 +280,10 @@ def _succeed(kube, api_version: str, kind: str, name: str, namespace: str) -> No
 
 @pytest.mark.system_packages("etcd-server")
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["TFJob", "TrainJob"])
-def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, tmp_path):
+@pytest.mark.parametrize(
+    ("kind", "root"), [("TFJob", "shared"), ("TrainJob", "shared"), ("TFJob", "minio")]
+)
+def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, root, tmp_path):
     """--tune --tune_workers 2 with --launcher tfjob|trainjob: the Tuner's executor path
     (distributed.run_on_launcher) goes through the Trainer's launcher (a kubeconfig, as
     run_local.py gives it) and creates a job of 3 workers on the API server, each pod running
@@ -289,15 +291,20 @@ def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, tmp_p
     TF_CONFIG that job gives it (worker 0 the oracle chief on all its addresses, workers 1 and 2
     tuners 0 and 1 dialing worker 0's host name); the launcher waits until the job succeeds
     (its status set here as the operator would, once the chief's summary is written) and the
-    search's result is the chief's summary."""
+    search's result is the chief's summary. Under a minio:// root (root "minio": the artifacts
+    are KFP's launcher's local copies, /minio/... here a folder) the job reads a search staged
+    on its volume (--pvc_name, --mount_path) and the chief's results come back."""
+    from unittest import mock
+
     from tfx.types import standard_artifacts
 
     from components.tfx_components.tuner import distributed
-    from components.training import loop, tf_config, tuner_job
+    from components.training import loop, staging, tf_config, tuner_job
     from components.training import settings as settings_lib
 
-    namespace = _namespace(kube, f"tuner-{kind.lower()}")
+    namespace = _namespace(kube, f"tuner-{kind.lower()}-{root}")
     kubeconfig = kube.write_kubeconfig(str(tmp_path / "kubeconfig"), kube.admin_token, namespace)
+    mount = tmp_path / "volume"
     shared = dict(
         image=IMAGE,
         namespace=namespace,
@@ -305,7 +312,10 @@ def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, tmp_p
         worker=Resources(cpu=0.5, memory_gb=1, gpus=0),
         poll_seconds=0.2,
         delete_policy="never",
+        **({"pvc_name": "pipeline-root", "mount_path": str(mount)} if root == "minio" else {}),
     )
+    artifacts_root = tmp_path / "minio" if root == "minio" else tmp_path
+    launcher_local = mock.patch.object(staging, "POD_LOCAL_PREFIXES", (f"{tmp_path}/minio/",))
     settings = TFJobConfig(**shared) if kind == "TFJob" else TrainJobConfig(**shared)
     spec = cluster.ClusterSpec("multi_worker_mirrored", workers=3)
     if kind == "TrainJob":  # what a platform team applies once (run_kubeflow.py manifests)
@@ -320,9 +330,13 @@ def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, tmp_p
         "tuner_results": standard_artifacts.TunerResults(),
     }
     for key, artifact in {**inputs, **outputs}.items():
-        artifact.uri = str(tmp_path / key)
-    working_dir = str(tmp_path / "tuner_results" / "search")
+        artifact.uri = str(artifacts_root / key)
+        os.makedirs(artifact.uri)
+    working_dir = str(artifacts_root / "tuner_results" / "search")
     name = kubernetes_job.job_name_for(working_dir, tuner_job.TunerJobTask.JOB_PREFIX)
+    # Where the job's pods find the search: the Tuner's own folder, or its copy on the volume.
+    staged = f"{mount}/{staging.STAGING_DIR}/{name}" if root == "minio" else ""
+    job_working_dir = staged + working_dir
     summary = {"trials": 4, "best_score": 0.25, "objective": "val_loss", "best_values": {"a": 1}}
     api_version = (
         f"{tfjob.GROUP}/{tfjob.VERSION}"
@@ -344,32 +358,45 @@ def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, tmp_p
                 time.sleep(0.1)
         else:
             return
-        with open(os.path.join(working_dir, distributed.SUMMARY_FILE), "w") as handle:
+        # What the pods read while the job runs (a staged search is gone afterwards).
+        seen["task"] = loop.load_task(os.path.join(job_working_dir, kind.lower(), "task.json"))
+        seen["search"] = distributed.TunerTask.load(seen["task"].tuner_task)
+        with open(os.path.join(job_working_dir, distributed.SUMMARY_FILE), "w") as handle:
             json.dump(summary, handle)
         _succeed(kube, api_version, kind, name, namespace)
 
     thread = threading.Thread(target=operator, daemon=True)
     thread.start()
-    result = distributed.run_on_launcher(
-        {key: [artifact] for key, artifact in inputs.items()},
-        {key: [artifact] for key, artifact in outputs.items()},
-        {"tuner_fn": "components.training.tuning.tuner_fn", "custom_config": "{}"},
-        working_dir,
-        workers=2,
-        max_trials=4,
-        launcher=settings_lib.to_dict(settings),
-        max_restarts=1,
-    )
+    with launcher_local:
+        result = distributed.run_on_launcher(
+            {key: [artifact] for key, artifact in inputs.items()},
+            {key: [artifact] for key, artifact in outputs.items()},
+            {"tuner_fn": "components.training.tuning.tuner_fn", "custom_config": "{}"},
+            working_dir,
+            workers=2,
+            max_trials=4,
+            launcher=settings_lib.to_dict(settings),
+            max_restarts=1,
+        )
     thread.join(timeout=5)
     assert result == {**summary, "restarts": None}
+    if staged:  # the chief's summary came back to the Tuner's output; the volume's copy is gone
+        assert not os.path.exists(staged)
+        with open(os.path.join(working_dir, distributed.SUMMARY_FILE)) as handle:
+            assert json.load(handle) == summary
     job = seen["job"]
     assert job["metadata"]["name"].startswith("tfx-tune-")
-    task_uri = os.path.join(working_dir, kind.lower(), "task.json")
+    task_uri = os.path.join(job_working_dir, kind.lower(), "task.json")
     if kind == "TFJob":
         [replicas] = job["spec"]["tfReplicaSpecs"].values()
         assert list(job["spec"]["tfReplicaSpecs"]) == ["Worker"] and replicas["replicas"] == 3
         [container] = replicas["template"]["spec"]["containers"]
         assert container["command"] == cluster.pod_command(task_uri)
+        if staged:  # every pod mounts the volume the search is staged on
+            mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+            volumes = replicas["template"]["spec"]["volumes"]
+            claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in volumes}
+            assert str(mount) in mounts.values() and "pipeline-root" in claims.values()
         # As the Training Operator sets it in each pod (its headless service per replica).
         hosts = [f"{name}-worker-{i}.{namespace}.svc:2222" for i in range(3)]
         configs = [
@@ -393,12 +420,12 @@ def test_the_tuners_workers_are_a_job_of_the_trainers_launcher(kube, kind, tmp_p
             for i in range(3)
         ]
         hosts = configs[0]["cluster"]["worker"]
-    task = loop.load_task(task_uri)
+    task = seen["task"]
     assert isinstance(task, tuner_job.TunerJobTask)
     assert task.settings.workers == 3 and task.settings.launcher == settings
-    searched = distributed.TunerTask.load(task.tuner_task)
-    assert searched.working_dir == working_dir and searched.max_trials == 4
-    assert str(tmp_path / "examples") in searched.input_dict
+    searched = seen["search"]
+    assert searched.working_dir == job_working_dir and searched.max_trials == 4
+    assert staged + str(artifacts_root / "examples") in searched.input_dict
     chief_host, _, port = hosts[0].rpartition(":")
     assert [tuner_job.role(config) for config in configs] == [
         {"KERASTUNER_TUNER_ID": "chief", "KERASTUNER_ORACLE_IP": "0.0.0.0",
