@@ -14,7 +14,7 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from google.protobuf import json_format
 
-from components.tfx_components.evaluator import batched, executor
+from components.tfx_components.evaluator import batched, batched_metrics, executor
 from pipeline import builder, datasets
 from pipeline import config as config_lib
 
@@ -439,8 +439,26 @@ def test_the_evaluator_s_cache_key_follows_the_batched_code(tmp_path):
     config = config_lib.local_config(dataset=dataset, output_root=str(tmp_path))
     [evaluator] = [c for c in builder.create_pipeline(config).components if c.id == "Evaluator"]
     code = fingerprints.fingerprint(evaluator)["code"]
-    path = os.path.relpath(batched.__file__, fingerprints.PROJECT_ROOT)
-    assert code[path] == fingerprints.source_closure([batched.__name__])[path]
+    for module in (batched, batched_metrics):
+        path = os.path.relpath(module.__file__, fingerprints.PROJECT_ROOT)
+        assert code[path] == fingerprints.source_closure([batched.__name__])[path]
+
+
+def test_a_class_label_the_model_cannot_score_is_named():
+    """A label outside the model's classes stops the batched path naming the example; -1 (a
+    class the training split lacked) counts as wrong for accuracy but has no log loss."""
+    scores = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]], np.float32)
+    with pytest.raises(batched.EvaluationInputError, match="example 2 of a batch has label"):
+        batched_metrics.target_sums({"classes": True}, np.array([0.0, 1.0, 3.0]), scores, "k")
+    sums = batched_metrics.target_sums({"classes": (0.0,)}, np.array([0.0, -1.0, 2.0]), scores, "k")
+    assert batched_metrics.KERAS["sparse_categorical_accuracy"][1](sums) == pytest.approx(2 / 3)
+    with pytest.raises(
+        batched.EvaluationInputError, match="example 1 of a batch has label 'k' = -1"
+    ):
+        batched_metrics.target_sums({"crossentropy": True}, np.array([0.0, -1.0, 2.0]), scores, "k")
+    one_column = scores[:, :1]
+    with pytest.raises(batched.EvaluationInputError, match="one probability per class"):
+        batched_metrics.target_sums({"classes": True}, np.array([0.0, 1.0, 0.0]), one_column, "k")
 
 
 def test_no_eval_examples_is_not_blessed_with_the_missing_slice_named(tmp_path):
