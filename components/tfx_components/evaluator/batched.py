@@ -1,27 +1,29 @@
-"""The project's regression evaluation over record batches, written in TFMA's own output format.
+"""The project's own evaluations over record batches, written in TFMA's own output format.
 
 TFMA 0.47 unbatches every record batch into one extract per example and feeds each to its
 metric combiners one at a time: about 0.5 ms of Python per example, 17x the Trainer's time per
 example pass (docs/benchmarks.md, "Text columns of thousands of values"). The project's own
-regression EvalConfig (pipeline.builder.regression_eval_config) asks only for sums over the
-examples: count, absolute and squared errors, squared and absolute labels. So, for an EvalConfig
-that asks for no more than that (plan() says which, and why not), the Evaluator computes them
-here instead:
+EvalConfigs (pipeline.builder.regression_eval_config and classification_eval_config) ask only for
+what sums over the examples give: counts, errors, class counts, log losses and a calibration
+histogram. So, for an EvalConfig that asks for no more than that (plan() says which, and why
+not), the Evaluator computes them here instead:
 
   tfxio RecordBatches (as TFX's Evaluator reads them, the serialized examples kept)
     -> EvaluateBatches: each model's preprocessing signature (the label) and serving signature
-       (the prediction) once per batch; per (model, output) sums in numpy
-    -> SumBatches (a CombineFn): the sums over all batches -> the metrics, keyed by TFMA's own
-       MetricKeys (metric_specs.to_computations), plus TFMA's diff metrics against a baseline
+       (the prediction) once per batch; per (model, output) sums in numpy (batched_metrics)
+    -> SumBatches (a CombineFn): the sums over all batches -> what TFMA's combiners would give
+       (batched_metrics.combiner_output), then TFMA's own derived computations on that (AUC, the
+       confusion-matrix plot), keyed by TFMA's own MetricKeys, plus TFMA's diff metrics
     -> WriteResults: the files TFMA's writers write, by TFMA's own functions: metrics, plots and
-       attributions (none, as TFMA writes for these metrics), the ValidationResult (TFMA's
-       validate_metrics and CombineValidations) and eval_config.json; so tfma.load_eval_result /
-       load_validation_result, the blessing and the project's report read it as TFMA's.
+       attributions, the ValidationResult (TFMA's validate_metrics and CombineValidations) and
+       eval_config.json; so tfma.load_eval_result / load_validation_result, the blessing and
+       the project's report read it as TFMA's.
 
-Anything else (slices, weights, confidence intervals, a metric or setting not below, a
-preprocessing function other than transform_label) is TFMA's, unchanged: plan() returns the
-reason, which the executor logs. tests/components/tfx_components/test_evaluator_batched.py runs
-both on one model and compares every value and the blessing.
+Anything else (slices, weights, confidence intervals, a metric or setting not in
+batched_metrics, a preprocessing function other than transform_label) is TFMA's, unchanged:
+plan() returns the reason, which the executor logs.
+tests/components/tfx_components/test_evaluator_batched.py runs both on regression and
+classification models and compares every value, the plot and the blessing.
 """
 
 from __future__ import annotations
