@@ -167,14 +167,21 @@ def step_rows(batch: int, rounds: int) -> list[common.Row]:
     return rows
 
 
-def whole_run(data_dir: str, output_root: str, *extra: str) -> dict:
-    """pipeline/run_local.py on data_dir, cold; seconds per component and in all, the MSE skill,
-    the eval and train rows and the epochs run, from its summary."""
+def whole_run(
+    data_dir: str,
+    output_root: str,
+    *extra: str,
+    label: str | None = None,
+    skill: str = "mean_squared_error_skill",
+) -> dict:
+    """pipeline/run_local.py on data_dir (label: the flights' by default), cold; seconds per
+    component and in all, the `skill` metric (the MSE skill by default), the eval and train rows
+    and the epochs run, from its summary."""
     from pipeline.datasets import synthetic
 
     command = [
         common.PYTHON, os.path.join(common.PROJECT_ROOT, "pipeline", "run_local.py"),
-        "--data", data_dir, "--label", synthetic.FLIGHTS_LABEL_KEY,
+        "--data", data_dir, "--label", label or synthetic.FLIGHTS_LABEL_KEY,
         "--max_rejected_fraction", "0.05", "--output_root", output_root, *extra,
     ]  # fmt: skip
     started = time.monotonic()
@@ -197,7 +204,7 @@ def whole_run(data_dir: str, output_root: str, *extra: str) -> dict:
         "total": float(re.search(r"finished in ([\d.]+)s", out).group(1)),
         "wall": wall,
         "components": components,
-        "skill": float(re.search(r"mean_squared_error_skill ([\d.]+)", out).group(1)),
+        "skill": float(re.search(rf"{skill} (-?[\d.]+)", out).group(1)),
         "epochs": int(stopped.group(1)) if stopped else int(epochs[-1]) if epochs else 1,
         "train": int(train),
         "eval": int(evaluated),
@@ -380,17 +387,28 @@ def profile_evaluator(run_root: str, split: str = "eval", path: str = "chosen") 
     }
 
 
-def evaluator_rows(rows_count: int, work_dir: str, rounds: int) -> list[common.Row]:
+def evaluator_rows(
+    rows_count: int, work_dir: str, rounds: int, task: str = "regression"
+) -> list[common.Row]:
     """The Evaluator against the Trainer per example pass, before (TFMA's per-example path) and
-    after (the batched path), side by side: one whole run of the flights look-alike (the
-    Trainer's seconds per training example and epoch, from its summary), then its Evaluator
-    rerun `rounds` times on each path, alternating; medians with min-max."""
+    after (the batched path), side by side: one whole run of the flights look-alike (task
+    regression) or of the 3-class synthetic table (task classification: the project's
+    classification EvalConfig), the Trainer's seconds per training example and epoch from its
+    summary; then its Evaluator rerun `rounds` times on each path, alternating; medians with
+    min-max."""
     from pipeline.datasets import synthetic
 
-    data_dir = os.path.join(work_dir, "flights")
-    synthetic.write_flights(data_dir, rows_count, files=1, seed=0)
+    data_dir = os.path.join(work_dir, "data")
     output_root = os.path.join(work_dir, "out")
-    run = whole_run(data_dir, output_root)
+    if task == "classification":
+        synthetic.write_synth(data_dir, rows_count, files=1, seed=0)
+        run = whole_run(
+            data_dir, output_root, label=synthetic.SYNTH_LABEL_KEY, skill="accuracy_skill"
+        )
+    else:
+        synthetic.write_flights(data_dir, rows_count, files=1, seed=0)
+        run = whole_run(data_dir, output_root)
+    rows_count_label = f"{rows_count} rows {task}"
     trainer = run["components"]["Trainer"] / (run["train"] * run["epochs"]) * 1e6
     print(f"  whole run, {rows_count} rows: {run}", flush=True)
     seconds: dict[str, list[float]] = {"tfma": [], "chosen": []}
@@ -403,7 +421,7 @@ def evaluator_rows(rows_count: int, work_dir: str, rounds: int) -> list[common.R
     in_run = run["components"]["Evaluator"] / run["eval"] * 1e6
     rows = [
         common.Row(
-            f"Evaluator vs Trainer, us per example pass, {rows_count} rows, in the run (batched)",
+            f"Evaluator vs Trainer, us per example pass, {rows_count_label}, in the run (batched)",
             in_run,
             trainer,
             "us/example",
@@ -417,7 +435,7 @@ def evaluator_rows(rows_count: int, work_dir: str, rounds: int) -> list[common.R
         values = sorted(seconds[path])
         rows.append(
             common.Row(
-                f"Evaluator vs Trainer, us per example pass, {rows_count} rows, {label}",
+                f"Evaluator vs Trainer, us per example pass, {rows_count_label}, {label}",
                 statistics.median(values),
                 trainer,
                 "us/example",
@@ -430,7 +448,7 @@ def evaluator_rows(rows_count: int, work_dir: str, rounds: int) -> list[common.R
     after, before = statistics.median(seconds["chosen"]), statistics.median(seconds["tfma"])
     rows.append(
         common.Row(
-            f"Evaluator after vs before, us per example, {rows_count} rows",
+            f"Evaluator after vs before, us per example, {rows_count_label}",
             after,
             before,
             "us/example",
@@ -482,6 +500,13 @@ def main(argv: list[str] | None = None) -> int:
         "on one whole run of --rows rows (50,000) and --rounds Evaluator reruns of each",
     )
     parser.add_argument(
+        "--task",
+        choices=("regression", "classification"),
+        default="regression",
+        help="with --evaluator_only: the flights look-alike (regression) or the 3-class "
+        "synthetic table (classification)",
+    )
+    parser.add_argument(
         "--evaluator_path",
         choices=("chosen", "tfma"),
         default="chosen",
@@ -501,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.evaluator_only:
         with tempfile.TemporaryDirectory(dir=args.work_dir) as scratch:
-            rows = evaluator_rows(args.rows or 50_000, scratch, args.rounds)
+            rows = evaluator_rows(args.rows or 50_000, scratch, args.rounds, args.task)
     else:
         rows = run(args.quick, args.work_dir, args.rows, args.rounds)
     print(f"load average {os.getloadavg()}", flush=True)

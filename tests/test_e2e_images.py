@@ -57,6 +57,13 @@ def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):
     assert "1797 image file(s) in 10 class folder(s)" in stdout
     assert "files rejected: 0" in stdout
     assert "blessed:       yes" in stdout
+    # The project's classification EvalConfig over record batches (the run's log says so).
+    logs = os.path.join(os.path.dirname(digits_run["metadata"]), "logs")
+    text = ""
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), errors="replace") as handle:
+            text += handle.read()
+    assert "Evaluator: batched evaluation over record batches" in text
 
 
 def test_pushed_model_classifies_jpeg_files_from_disk(digits_run, tmp_path):

@@ -101,6 +101,15 @@ def test_model_blessed_and_pushed(penguin_runs):
     assert len(pushed) == 1 and records.custom_value(pushed[0], "pushed") == 1
     versions = os.listdir(penguin_runs["serving"])
     assert len(versions) == 1 and versions[0].isdigit()  # one versioned SavedModel
+    # The project's classification EvalConfig is evaluated over record batches, not by TFMA's
+    # per-example path (the run's log, beside metadata.sqlite, says which and why).
+    logs = os.path.join(os.path.dirname(penguin_runs["metadata"]), "logs")
+    text = ""
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), errors="replace") as handle:
+            text += handle.read()
+    assert "Evaluator: batched evaluation over record batches" in text
+    assert "TFMA's per-example evaluation" not in text
 
 
 def test_pushed_model_predicts_raw_held_out_rows(penguin_runs):

@@ -1,32 +1,33 @@
-"""The project's regression evaluation over record batches, written in TFMA's own output format.
+"""The project's own evaluations over record batches, written in TFMA's own output format.
 
 TFMA 0.47 unbatches every record batch into one extract per example and feeds each to its
 metric combiners one at a time: about 0.5 ms of Python per example, 17x the Trainer's time per
 example pass (docs/benchmarks.md, "Text columns of thousands of values"). The project's own
-regression EvalConfig (pipeline.builder.regression_eval_config) asks only for sums over the
-examples: count, absolute and squared errors, squared and absolute labels. So, for an EvalConfig
-that asks for no more than that (plan() says which, and why not), the Evaluator computes them
-here instead:
+EvalConfigs (pipeline.builder.regression_eval_config and classification_eval_config) ask only for
+what sums over the examples give: counts, errors, class counts, log losses and a calibration
+histogram. So, for an EvalConfig that asks for no more than that (plan() says which, and why
+not), the Evaluator computes them here instead:
 
   tfxio RecordBatches (as TFX's Evaluator reads them, the serialized examples kept)
     -> EvaluateBatches: each model's preprocessing signature (the label) and serving signature
-       (the prediction) once per batch; per (model, output) sums in numpy
-    -> SumBatches (a CombineFn): the sums over all batches -> the metrics, keyed by TFMA's own
-       MetricKeys (metric_specs.to_computations), plus TFMA's diff metrics against a baseline
+       (the prediction) once per batch; per (model, output) sums in numpy (batched_metrics)
+    -> SumBatches (a CombineFn): the sums over all batches -> what TFMA's combiners would give
+       (batched_metrics.combiner_output), then TFMA's own derived computations on that (AUC, the
+       confusion-matrix plot), keyed by TFMA's own MetricKeys, plus TFMA's diff metrics
     -> WriteResults: the files TFMA's writers write, by TFMA's own functions: metrics, plots and
-       attributions (none, as TFMA writes for these metrics), the ValidationResult (TFMA's
-       validate_metrics and CombineValidations) and eval_config.json; so tfma.load_eval_result /
-       load_validation_result, the blessing and the project's report read it as TFMA's.
+       attributions, the ValidationResult (TFMA's validate_metrics and CombineValidations) and
+       eval_config.json; so tfma.load_eval_result / load_validation_result, the blessing and
+       the project's report read it as TFMA's.
 
-Anything else (slices, weights, confidence intervals, a metric or setting not below, a
-preprocessing function other than transform_label) is TFMA's, unchanged: plan() returns the
-reason, which the executor logs. tests/components/tfx_components/test_evaluator_batched.py runs
-both on one model and compares every value and the blessing.
+Anything else (slices, weights, confidence intervals, a metric or setting not in
+batched_metrics, a preprocessing function other than transform_label) is TFMA's, unchanged:
+plan() returns the reason, which the executor logs.
+tests/components/tfx_components/test_evaluator_batched.py runs both on regression and
+classification models and compares every value, the plot and the blessing.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -35,70 +36,37 @@ import apache_beam as beam
 import numpy as np
 
 from components.ml import features
+from components.tfx_components.evaluator import batched_metrics
 
 # Rows per record batch (TFX's Evaluator lets tfx-bsl pick, growing from 1 row).
 BATCH_ROWS = 1024
-# Sums kept per (model, output), in this order.
-COUNT, ABS_ERROR, SQUARED_ERROR, SQUARED_LABEL, ABS_LABEL = range(5)
-SUMS = 5
-
-
-def _divide_no_nan(numerator: float, denominator: float) -> float:
-    return numerator / denominator if denominator else 0.0
-
-
-# (class_name, module) of a MetricConfig -> (the metric's default name, its value from the sums).
-# The custom ones are components.ml.metrics' Keras metrics, read as their result() computes them.
-METRICS = {
-    ("ExampleCount", ""): ("example_count", lambda s: s[COUNT]),
-    ("MeanAbsoluteError", ""): (
-        "mean_absolute_error",
-        lambda s: _divide_no_nan(s[ABS_ERROR], s[COUNT]),
-    ),
-    ("MeanSquaredError", ""): (
-        "mean_squared_error",
-        lambda s: _divide_no_nan(s[SQUARED_ERROR], s[COUNT]),
-    ),
-    ("RootMeanSquaredError", ""): (
-        "root_mean_squared_error",
-        lambda s: math.sqrt(_divide_no_nan(s[SQUARED_ERROR], s[COUNT])),
-    ),
-    ("MeanSquaredErrorSkill", "components.ml.metrics"): (
-        "mean_squared_error_skill",
-        lambda s: 1.0 - _divide_no_nan(s[SQUARED_ERROR], s[SQUARED_LABEL]),
-    ),
-    ("StandardizedAbsoluteError", "components.ml.metrics"): (
-        "standardized_absolute_error",
-        lambda s: _divide_no_nan(s[ABS_ERROR], s[COUNT]),
-    ),
-    ("MeanPredictorStandardizedAbsoluteError", "components.ml.metrics"): (
-        "mean_predictor_standardized_absolute_error",
-        lambda s: _divide_no_nan(s[ABS_LABEL], s[COUNT]),
-    ),
-}
-VALUES = {name: value for name, value in METRICS.values()}
 
 
 @dataclass(frozen=True)
 class Target:
-    """Where one (model, output)'s label and prediction come from."""
+    """Where one (model, output)'s label and prediction come from, and the sums kept for it
+    (batched_metrics.needs)."""
 
     model_name: str
     output_name: str
     label_key: str
     prediction_key: str
+    needs: tuple = ()
 
 
 @dataclass(frozen=True)
 class Plan:
     """What the batched path computes: the EvalConfig (with TFMA's defaults, as TFX's Evaluator
-    passes it), TFMA's MetricKeys for it, the (model, output) pairs they read, and each model's
-    preprocessing signatures."""
+    passes it), TFMA's public MetricKeys and PlotKeys for it, the (model, output) pairs they read,
+    each model's preprocessing signatures, and TFMA's own computations: the combiner ones the
+    sums replace and the derived ones run on their outputs."""
 
     eval_config: Any
     keys: tuple
     targets: tuple[Target, ...]
     preprocessing: dict[str, tuple[str, ...]]
+    combined: tuple = ()
+    derived: tuple = ()
 
 
 def _label_and_prediction_keys(spec, output_name: str) -> tuple[str, str] | None:
@@ -112,9 +80,15 @@ def _label_and_prediction_keys(spec, output_name: str) -> tuple[str, str] | None
     return label, prediction
 
 
+def _is_private(key) -> bool:
+    # TFMA's evaluator drops these (metrics_plots_and_validations_evaluator._is_private_metrics).
+    return key.name.startswith("_") and not key.name.startswith("__")
+
+
 def plan(eval_config) -> Plan | str:
     """A Plan for an EvalConfig (TFMA's defaults applied) the batched path computes exactly as
     TFMA does, else the reason (one line) it goes to TFMA."""
+    from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as mpv
     from tensorflow_model_analysis.metrics import metric_specs
 
     options = eval_config.options
@@ -143,44 +117,63 @@ def plan(eval_config) -> Plan | str:
     for metrics_spec in eval_config.metrics_specs:
         if (
             metrics_spec.HasField("binarize")
-            or metrics_spec.HasField("aggregate")
             or metrics_spec.query_key
             or metrics_spec.HasField("example_weights")
         ):
-            return "a metrics spec binarizes, aggregates, groups by query or weighs examples"
+            return "a metrics spec binarizes, groups by query or weighs examples"
         for metric in metrics_spec.metrics:
-            if (metric.class_name, metric.module) not in METRICS:
+            if (metric.class_name, metric.module) not in batched_metrics.METRIC_CLASSES:
                 module = f" ({metric.module})" if metric.module else ""
                 return f"metric {metric.class_name}{module} is not one the batched path computes"
             if metric.config or metric.per_slice_thresholds or metric.cross_slice_thresholds:
                 return f"metric {metric.class_name} has its own config or per-slice thresholds"
+    computations = mpv._filter_and_separate_computations(
+        metric_specs.to_computations(eval_config.metrics_specs, eval_config=eval_config)
+    )
+    if computations.cross_slice_computations or computations.ci_derived_computations:
+        return "TFMA computes cross-slice or confidence-interval metrics for it"
+    specs = {spec.name: spec for spec in eval_config.model_specs}
+    target_needs: dict[tuple[str, str], dict] = {}
+    for computation in computations.non_derived_computations:
+        needed = batched_metrics.needs(computation)
+        if isinstance(needed, str):
+            return needed
+        for key in computation.keys:
+            into = target_needs.setdefault((key.model_name, key.output_name), {})
+            reason = batched_metrics.merge_needs(into, needed)
+            if reason:
+                return reason
+    targets = []
+    for (model_name, output_name), needed in sorted(target_needs.items()):
+        spec = specs.get(model_name)
+        found = _label_and_prediction_keys(spec, output_name) if spec else None
+        if found is None:
+            return f"no label or prediction key for output {output_name!r}"
+        targets.append(Target(model_name, output_name, *found, tuple(sorted(needed.items()))))
     keys = sorted(
         {
             key
-            for c in metric_specs.to_computations(
-                eval_config.metrics_specs, eval_config=eval_config
-            )
+            for c in [*computations.non_derived_computations, *computations.derived_computations]
             for key in c.keys
+            if not _is_private(key)
         },  # fmt: skip
         key=str,
     )
-    specs = {spec.name: spec for spec in eval_config.model_specs}
-    targets = {}
-    for key in keys:
-        if key.name not in VALUES or key.sub_key or key.aggregation_type or key.is_diff:
-            return f"TFMA computes {key.name!r} in a way the batched path does not"
-        spec = specs.get(key.model_name)
-        found = _label_and_prediction_keys(spec, key.output_name) if spec else None
-        if found is None:
-            return f"no label or prediction key for output {key.output_name!r}"
-        targets[key.model_name, key.output_name] = Target(key.model_name, key.output_name, *found)
+    if any(key.is_diff for key in keys):
+        return "TFMA computes a diff metric directly"
     if not keys:
         return "the EvalConfig asks for no metrics"
-    return Plan(eval_config, tuple(keys), tuple(targets.values()), preprocessing)
+    return Plan(
+        eval_config,
+        tuple(keys),
+        tuple(targets),
+        preprocessing,
+        tuple(computations.non_derived_computations),
+        tuple(computations.derived_computations),
+    )
 
 
-class EvaluationInputError(ValueError):
-    """An eval example the metrics cannot read (a missing or non-scalar label)."""
+EvaluationInputError = batched_metrics.EvaluationInputError
 
 
 def _load(path: str):
@@ -230,7 +223,8 @@ def raw_column(batch, name: str) -> np.ndarray | None:
 
 
 class EvaluateBatches(beam.DoFn):
-    """Per record batch: each model's signatures once, then per (model, output) the SUMS."""
+    """Per record batch: each model's signatures once, then per (model, output) the sums its
+    metrics read (batched_metrics.target_sums)."""
 
     def __init__(self, plan_: Plan, model_paths: dict[str, str]):
         from apache_beam.utils import shared
@@ -282,25 +276,20 @@ class EvaluateBatches(beam.DoFn):
                     f"{features.SERVING_SIGNATURE} signature (its outputs: "
                     f"{', '.join(sorted(predictions))})"
                 )
-            predicted = _scalars(
-                predictions[target.prediction_key], target.prediction_key, rows, "prediction"
-            )
-            error = predicted - labels
-            sums[target.model_name, target.output_name] = np.array(
-                [
-                    rows,
-                    np.abs(error).sum(),
-                    np.square(error).sum(),
-                    np.square(labels).sum(),
-                    np.abs(labels).sum(),
-                ]
+            predicted = predictions[target.prediction_key]
+            needed = dict(target.needs)
+            if "regression" in needed:
+                predicted = _scalars(predicted, target.prediction_key, rows, "prediction")
+            sums[target.model_name, target.output_name] = batched_metrics.target_sums(
+                needed, labels, predicted, target.label_key
             )
         yield sums
 
 
 class SumBatches(beam.CombineFn):
-    """The batches' SUMS added up, then TFMA's MetricKeys -> values, with TFMA's diff metrics
-    (candidate - baseline) when the EvalConfig has a baseline."""
+    """The batches' sums added up; then what TFMA's combiners would give, TFMA's derived
+    computations on that (AUC, the plot), and TFMA's diff metrics (candidate - baseline) when
+    the EvalConfig has a baseline; private keys dropped, as TFMA's evaluator does."""
 
     def __init__(self, plan_: Plan):
         self._plan = plan_
@@ -310,7 +299,7 @@ class SumBatches(beam.CombineFn):
 
     def add_input(self, accumulator: dict, sums: dict) -> dict:
         for target, values in sums.items():
-            accumulator[target] = accumulator.get(target, np.zeros(SUMS)) + values
+            batched_metrics.add_sums(accumulator.setdefault(target, {}), values)
         return accumulator
 
     def merge_accumulators(self, accumulators) -> dict:
@@ -320,21 +309,33 @@ class SumBatches(beam.CombineFn):
         return merged
 
     def extract_output(self, accumulator: dict) -> dict | None:
+        from tensorflow_model_analysis.evaluators import (
+            metrics_plots_and_validations_evaluator as mpv,
+        )
         from tensorflow_model_analysis.utils import model_util
 
         if not accumulator:  # no examples
             return None
-        metrics = {
-            key: float(VALUES[key.name](accumulator[key.model_name, key.output_name]))
-            for key in self._plan.keys
-        }
+        metrics: dict = {}
+        for computation in self._plan.combined:
+            metrics.update(batched_metrics.combiner_output(computation, accumulator))
+        for computation in self._plan.derived:
+            metrics.update(computation.result(metrics))
         baseline = model_util.get_baseline_model_spec(self._plan.eval_config)
         if baseline is not None:
-            for key, value in list(metrics.items()):
+            diffs = {}
+            for key, value in metrics.items():
                 counterpart = key.make_baseline_key(baseline.name)
-                if key.model_name != baseline.name and counterpart in metrics:
-                    metrics[key.make_diff_key()] = value - metrics[counterpart]
-        return metrics
+                if (
+                    not _is_private(key)
+                    and not key.is_diff
+                    and key.model_name != baseline.name
+                    and counterpart in metrics
+                    and mpv._is_metric_diffable(value)
+                ):
+                    diffs[key.make_diff_key()] = value - metrics[counterpart]
+            metrics.update(diffs)
+        return {key: value for key, value in metrics.items() if not _is_private(key)}
 
 
 def write_results(metrics: dict | None, plan_: Plan, model_paths: dict, output_uri: str) -> None:
@@ -348,6 +349,7 @@ def write_results(metrics: dict | None, plan_: Plan, model_paths: dict, output_u
     from google.protobuf import json_format
     from tensorflow_model_analysis import constants as tfma_constants
     from tensorflow_model_analysis.evaluators import metrics_validator
+    from tensorflow_model_analysis.metrics import metric_types
     from tensorflow_model_analysis.proto import config_pb2
     from tensorflow_model_analysis.writers import (
         eval_config_writer,
@@ -357,12 +359,15 @@ def write_results(metrics: dict | None, plan_: Plan, model_paths: dict, output_u
     )
 
     tf.io.gfile.makedirs(output_uri)
-    sliced = [] if metrics is None else [((), metrics)]
+    # TFMA's evaluator splits its results by key type: PlotKeys are plots, the rest metrics.
+    sliced, plots = [], []
+    if metrics is not None:
+        is_plot = {k: isinstance(k, metric_types.PlotKey) for k in metrics}
+        sliced = [((), {k: v for k, v in metrics.items() if not is_plot[k]})]
+        plots = [((), {k: v for k, v in metrics.items() if is_plot[k]})]
     records = {
         tfma_constants.METRICS_KEY: [writer.convert_slice_metrics_to_proto(s, []) for s in sliced],
-        tfma_constants.PLOTS_KEY: [
-            writer.convert_slice_plots_to_proto((key, {}), []) for key, _ in sliced
-        ],
+        tfma_constants.PLOTS_KEY: [writer.convert_slice_plots_to_proto(p, []) for p in plots],
         tfma_constants.ATTRIBUTIONS_KEY: [
             writer.convert_slice_attributions_to_proto((key, {})) for key, _ in sliced
         ],

@@ -10,9 +10,9 @@ through super(). A model exported before the transform_label signature (a baseli
 cached candidate) has the EvalConfig read the label from transform_features instead
 (label_signature_for). Before it, the candidate model is checked against the EvalConfig
 (model_check: a missing signature or label is one line naming --eval_config, not a TFMA
-traceback). The project's regression EvalConfig is computed over record batches (batched: about
-20x less Python per example than TFMA, the same output files); any other goes to TFMA, and the
-log says which path ran and why.
+traceback). The project's regression and classification EvalConfigs are computed over record
+batches (batched: about 10-20x less Python per example than TFMA, the same output files); any
+other goes to TFMA, and the log says which path ran and why.
 """
 
 from __future__ import annotations
