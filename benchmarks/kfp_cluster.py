@@ -9,7 +9,8 @@ once for KFP's own store (`minio://mlpipeline/...`, no resource requests: the no
 then per round, alternating: `run_kubeflow.py deploy --run --wait --no_cache` (every task a
 pod: KFP's drivers, the launcher moving artifacts through the S3 server, the executor) and
 `run_local.py` with the same configuration. Last, the same file once more with the cache on
-(`deploy --run --wait`): what a rerun on unchanged data costs. Prints each round, then medians,
+(`deploy --run --wait`) twice: the first fills KFP's cache, the second is what a rerun on
+unchanged data costs. Prints each round, then medians,
 spreads and the KFP / local ratio.
 """
 
@@ -133,8 +134,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"ratio {on_kfp / local:.2f}",
                 flush=True,
             )
+        # A run with the cache off leaves no cache entries (the launcher adds one only for a
+        # task that has a fingerprint, which the driver computes only with the cache on:
+        # backend/src/v2/component/launcher_v2.go:233-249 at 2.14.3): the first run with it on
+        # runs every task and fills the cache, the next is served from it.
+        filling, tasks = _on_kfp(package, url)
+        print(f"the same file, cache on, first time: {filling:.1f} s ({tasks})", flush=True)
         cached, tasks = _on_kfp(package, url)
-        print(f"the same file again, cache on: {cached:.1f} s ({tasks})", flush=True)
+        print(f"the same file again, served from the cache: {cached:.1f} s ({tasks})", flush=True)
     finally:
         cluster.down(root, say=lambda line: None)
         if serving:
@@ -151,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {label} | {statistics.median(values):.2f} | {min(values):.2f}-{max(values):.2f} |"
         )
-    print(f"| warm up --kfp (s) | {up_seconds:.1f} | one |")
+    print(f"| up --kfp (s) | {up_seconds:.1f} | one |")
+    print(f"| penguins on KFP, cache on, filling it (s) | {filling:.1f} | one |")
     print(f"| rerun served from KFP's cache (s) | {cached:.1f} | one |")
     return 0
 

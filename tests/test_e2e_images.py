@@ -20,7 +20,7 @@ from pipeline.datasets import images as image_data
 from pipeline.mlmd import connection, evaluation, records
 from tests.docs import pages
 from tests.pipeline_components import IMAGE_COMPONENTS
-from tests.test_e2e_local import PROJECT_ROOT, explain, run_local
+from tests.test_e2e_local import PROJECT_ROOT, explain, run_local, run_logs
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -58,11 +58,7 @@ def test_every_image_becomes_an_example_and_the_model_is_blessed(digits_run):
     assert "files rejected: 0" in stdout
     assert "blessed:       yes" in stdout
     # The project's classification EvalConfig over record batches (the run's log says so).
-    logs = os.path.join(os.path.dirname(digits_run["metadata"]), "logs")
-    text = ""
-    for name in sorted(os.listdir(logs)):
-        with open(os.path.join(logs, name), errors="replace") as handle:
-            text += handle.read()
+    text = run_logs(digits_run["metadata"])
     assert "Evaluator: batched evaluation over record batches" in text
 
 

@@ -36,6 +36,16 @@ def run_local(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def run_logs(metadata: str) -> str:
+    """Every log file of the run whose MLMD store is `metadata` (its `logs/` beside it), joined."""
+    logs = os.path.join(os.path.dirname(metadata), "logs")
+    text = ""
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), errors="replace") as handle:
+            text += handle.read()
+    return text
+
+
 def explain(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr[-3000:]}"
 
@@ -103,11 +113,7 @@ def test_model_blessed_and_pushed(penguin_runs):
     assert len(versions) == 1 and versions[0].isdigit()  # one versioned SavedModel
     # The project's classification EvalConfig is evaluated over record batches, not by TFMA's
     # per-example path (the run's log, beside metadata.sqlite, says which and why).
-    logs = os.path.join(os.path.dirname(penguin_runs["metadata"]), "logs")
-    text = ""
-    for name in sorted(os.listdir(logs)):
-        with open(os.path.join(logs, name), errors="replace") as handle:
-            text += handle.read()
+    text = run_logs(penguin_runs["metadata"])
     assert "Evaluator: batched evaluation over record batches" in text
     assert "TFMA's per-example evaluation" not in text
 

@@ -65,6 +65,12 @@ def write_examples(split_dir: str) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=ROWS).astype(np.float32)
     delay = 10.0 + 3.0 * x + rng.normal(scale=1.0, size=ROWS)
+    write_split(split_dir, floats={"x": x, LABEL: delay})
+
+
+def write_split(split_dir: str, floats: dict, ints: dict | None = None) -> None:
+    """ROWS examples of those float and int64 columns in two GZIP'd TFRecord shards, as
+    Transform writes a split."""
     os.makedirs(split_dir)
     options = tf.io.TFRecordOptions(compression_type="GZIP")
     for shard, rows in enumerate(np.array_split(np.arange(ROWS), 2)):
@@ -72,8 +78,10 @@ def write_examples(split_dir: str) -> None:
         with tf.io.TFRecordWriter(name, options) as writer:
             for row in rows:
                 example = tf.train.Example()
-                example.features.feature["x"].float_list.value.append(x[row])
-                example.features.feature[LABEL].float_list.value.append(delay[row])
+                for column, values in floats.items():
+                    example.features.feature[column].float_list.value.append(values[row])
+                for column, values in (ints or {}).items():
+                    example.features.feature[column].int64_list.value.append(int(values[row]))
                 writer.write(example.SerializeToString())
 
 
@@ -271,17 +279,7 @@ def write_class_examples(split_dir: str, classes: int) -> None:
     x, y = (rng.normal(size=ROWS).astype(np.float32) for _ in range(2))
     scores = np.stack(class_scores(x, y, classes), axis=1)
     kind = np.argmax(scores + rng.normal(scale=0.7, size=scores.shape), axis=1)
-    os.makedirs(split_dir)
-    options = tf.io.TFRecordOptions(compression_type="GZIP")
-    for shard, rows in enumerate(np.array_split(np.arange(ROWS), 2)):
-        name = os.path.join(split_dir, f"data_tfrecord-0000{shard}-of-00002.gz")
-        with tf.io.TFRecordWriter(name, options) as writer:
-            for row in rows:
-                example = tf.train.Example()
-                example.features.feature["x"].float_list.value.append(x[row])
-                example.features.feature["y"].float_list.value.append(y[row])
-                example.features.feature[CLASS_LABEL].int64_list.value.append(int(kind[row]))
-                writer.write(example.SerializeToString())
+    write_split(split_dir, floats={"x": x, "y": y}, ints={CLASS_LABEL: kind})
 
 
 # Values both paths compute from the same integers: the count; AUC (TFMA's derived computation
