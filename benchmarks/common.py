@@ -9,6 +9,7 @@ import dataclasses
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -80,6 +81,15 @@ def format_table(rows: list[Row]) -> str:
     out.insert(1, "-" * len(out[0]))
     footer = [f"machine: {os.cpu_count()} CPU core(s)"]
     return "\n".join(out + ([""] + ["notes:"] + notes if notes else []) + [""] + footer)
+
+
+def print_medians(figures) -> None:
+    """A markdown table of (label, values) pairs: each one's median and its min-max spread."""
+    print("\n| | median | spread |")
+    print("|---|---:|---:|")
+    for label, values in figures:
+        spread = f"{min(values):.2f}-{max(values):.2f}"
+        print(f"| {label} | {statistics.median(values):.2f} | {spread} |")
 
 
 def fresh_output(path: str) -> str:

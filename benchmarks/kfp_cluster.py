@@ -20,11 +20,12 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks import common
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIPELINE = "penguins-benchmark"
@@ -148,16 +149,13 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(serving, ignore_errors=True)
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    print("\n| | median | spread |")
-    print("|---|---:|---:|")
-    for label, values in (
-        ("penguins on KFP, every task a pod (s)", [r[0] for r in rows]),
-        ("penguins with run_local.py (s)", [r[1] for r in rows]),
-        ("ratio KFP / run_local.py", [r[0] / r[1] for r in rows]),
-    ):
-        print(
-            f"| {label} | {statistics.median(values):.2f} | {min(values):.2f}-{max(values):.2f} |"
+    common.print_medians(
+        (
+            ("penguins on KFP, every task a pod (s)", [r[0] for r in rows]),
+            ("penguins with run_local.py (s)", [r[1] for r in rows]),
+            ("ratio KFP / run_local.py", [r[0] / r[1] for r in rows]),
         )
+    )
     print(f"| up --kfp (s) | {up_seconds:.1f} | one |")
     print(f"| penguins on KFP, cache on, filling it (s) | {filling:.1f} | one |")
     print(f"| rerun served from KFP's cache (s) | {cached:.1f} | one |")

@@ -17,13 +17,14 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import yaml
+
+from benchmarks import common
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -109,18 +110,16 @@ def main(argv: list[str] | None = None) -> int:
         cluster.down(root, say=lambda line: None)
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    print("\n| | median | spread |")
-    print("|---|---:|---:|")
-    for label, values in (
-        ("warm up (s)", [r[0] for r in rows]),
-        ("pod create -> Running (s)", [r[1] for r in rows]),
-        ("penguins, TFJob 2 workers (s)", [r[2][0] for r in rows]),
-        ("penguins, 2 local processes (s)", [r[3][0] for r in rows]),
-        ("ratio TFJob / local, whole run", [r[2][0] / r[3][0] for r in rows]),
-        ("ratio TFJob / local, Trainer", [r[2][1] / r[3][1] for r in rows]),
-    ):
-        spread = f"{min(values):.2f}-{max(values):.2f}"
-        print(f"| {label} | {statistics.median(values):.2f} | {spread} |")
+    common.print_medians(
+        (
+            ("warm up (s)", [r[0] for r in rows]),
+            ("pod create -> Running (s)", [r[1] for r in rows]),
+            ("penguins, TFJob 2 workers (s)", [r[2][0] for r in rows]),
+            ("penguins, 2 local processes (s)", [r[3][0] for r in rows]),
+            ("ratio TFJob / local, whole run", [r[2][0] / r[3][0] for r in rows]),
+            ("ratio TFJob / local, Trainer", [r[2][1] / r[3][1] for r in rows]),
+        )
+    )
     return 0
 
 
