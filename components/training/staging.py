@@ -155,12 +155,7 @@ def stage(task, job_name: str, mount_path: str, pvc_name: str, launcher: str) ->
     if not local_inputs and not local_outputs:
         return None
     if not mount_path:
-        example = (local_inputs or list(local_outputs))[0]
-        raise StagingError(
-            f"the {launcher} job's pods cannot read the Trainer's inputs: under a minio:// or "
-            f"s3:// pipeline root they exist only in the Trainer's pod (e.g. {example}); give "
-            "--pvc_name and --mount_path (a volume the Trainer stages them on for the job)"
-        )
+        raise _needs_volume(launcher, "Trainer", (local_inputs or list(local_outputs))[0])
     folder = _copy_in(local_inputs, local_outputs, mount_path, job_name, pvc_name, launcher)
     staged_task = dataclasses.replace(
         task,
@@ -173,6 +168,15 @@ def stage(task, job_name: str, mount_path: str, pvc_name: str, launcher: str) ->
     return Staged(staged_task, folder, local_outputs)
 
 
+def _needs_volume(launcher: str, role: str, example: str, instead: str = "") -> StagingError:
+    """A job launcher with no volume to stage `role`'s (Trainer's, Tuner's) pod-local inputs on."""
+    return StagingError(
+        f"the {launcher} job's pods cannot read the {role}'s inputs: under a minio:// or s3:// "
+        f"pipeline root they exist only in the {role}'s pod (e.g. {example}); give --pvc_name "
+        f"and --mount_path (a volume the {role} stages them on for the job){instead}"
+    )
+
+
 def _stage_tuner(task, job_name: str, mount_path: str, pvc_name: str, launcher: str):
     """The Tuner's job: its search's TunerTask names what every replica reads and writes."""
     from components.tfx_components.tuner.search import TunerTask
@@ -180,11 +184,11 @@ def _stage_tuner(task, job_name: str, mount_path: str, pvc_name: str, launcher: 
     if not (pod_local(task.tuner_task) or pod_local(task.model_run_dir)):
         return None
     if not mount_path:
-        raise StagingError(
-            f"the {launcher} job's pods cannot read the Tuner's inputs: under a minio:// or s3:// "
-            f"pipeline root they exist only in the Tuner's pod (e.g. {task.tuner_task}); give "
-            "--pvc_name and --mount_path (a volume the Tuner stages them on for the job), or "
-            "keep its workers in the Tuner's pod (--launcher local)"
+        raise _needs_volume(
+            launcher,
+            "Tuner",
+            task.tuner_task,
+            ", or keep its workers in the Tuner's pod (--launcher local)",
         )
     search = TunerTask.load(task.tuner_task)
     named = _pod_local_strings(json.loads(search.exec_properties))
